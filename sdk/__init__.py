@@ -1,0 +1,26 @@
+"""polyhal: one tensor IR, a reference executor that is its specification, a
+checked hardware-abstraction contract, and a conformance suite."""
+
+from polyhal import ops
+from polyhal._version import __version__
+from polyhal.errors import (
+    AdapterContractError,
+    ConformanceError,
+    DeviceError,
+    ExecutionError,
+    InputBindingError,
+    IRError,
+    LimitExceededError,
+    PolyhalError,
+    SerializationError,
+    UnsupportedError,
+    VerificationError,
+)
+from polyhal.ir import DType, Graph, GraphBuilder, TensorType
+
+__all__ = [
+    "AdapterContractError", "ConformanceError", "DType", "DeviceError", "ExecutionError",
+    "Graph", "GraphBuilder", "IRError", "InputBindingError", "LimitExceededError",
+    "PolyhalError", "SerializationError", "TensorType", "UnsupportedError",
+    "VerificationError", "__version__", "ops",
+]

@@ -1,0 +1,65 @@
+"""The one error tree of polyhal.
+
+Every failure a user can cause is a :class:`PolyhalError` subclass whose
+message names what is wrong and where (node, op, input, attribute, file).
+
+::
+
+    PolyhalError
+    ├── IRError                  malformed or invalid graph / model file
+    │   ├── VerificationError    a graph breaks a structural or typing rule
+    │   ├── SerializationError   a model file cannot be read or written
+    │   ├── LimitExceededError   a tensor, graph or file exceeds the load limits
+    │   └── InputBindingError    run-time inputs do not match the graph's inputs
+    ├── ExecutionError           a kernel failed on concrete data
+    ├── UnsupportedError         a device lacks an op / dtype / shape
+    ├── DeviceError              a device fault (drives recovery)
+    ├── AdapterContractError     an adapter breaks the HAL contract
+    └── ConformanceError         the conformance suite cannot proceed
+"""
+
+from __future__ import annotations
+
+
+class PolyhalError(Exception):
+    """Base class of every error polyhal raises on purpose."""
+
+
+class IRError(PolyhalError):
+    """A graph or model file is malformed or invalid."""
+
+
+class VerificationError(IRError):
+    """A graph breaks a structural or typing rule of the IR."""
+
+
+class SerializationError(IRError):
+    """A model file cannot be parsed, or a graph cannot be written."""
+
+
+class LimitExceededError(IRError):
+    """A tensor, graph or file exceeds the configured limits."""
+
+
+class InputBindingError(IRError):
+    """Run-time inputs do not match the graph's declared inputs."""
+
+
+class ExecutionError(PolyhalError):
+    """A kernel failed on concrete data (for example an index out of range)."""
+
+
+class UnsupportedError(PolyhalError):
+    """A device does not support an op, dtype or shape."""
+
+
+class DeviceError(PolyhalError):
+    """A device faulted: crashed, hung, or reported an error."""
+
+
+class AdapterContractError(PolyhalError):
+    """An adapter breaks the HAL contract."""
+
+
+class ConformanceError(PolyhalError):
+    """The conformance suite cannot proceed."""

@@ -1,0 +1,154 @@
+"""The reference executor: the living specification of every op.
+
+It binds symbolic dimensions from the inputs, checks every input against the
+graph's declared types, runs each node's reference kernel and checks what the
+kernel returned against the inferred types. float16 and bfloat16 compute in
+float32 and round once to the result dtype.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from polyhal.errors import ExecutionError, InputBindingError, PolyhalError
+from polyhal.ir import dims as D
+from polyhal.ir.dtypes import DType
+from polyhal.ir.graph import Graph, Node
+from polyhal.ir.limits import current_limits
+from polyhal.ir.types import TensorType
+from polyhal.ir.verify import resolve_attrs
+from polyhal.ops.registry import OpDef, get_op
+
+
+def bind_inputs(graph: Graph, args: Sequence[Any], kwargs: Mapping[str, Any]
+                ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """Match positional and named arrays to the graph inputs and bind symbols."""
+    names = [v.name for v in graph.inputs]
+    if len(args) > len(names):
+        raise InputBindingError(f"graph {graph.name!r} takes {len(names)} inputs, "
+                                f"got {len(args)} positional")
+    given: dict[str, Any] = dict(zip(names, args))
+    for key, value in kwargs.items():
+        if key not in names:
+            raise InputBindingError(f"graph {graph.name!r} has no input {key!r} "
+                                    f"(inputs: {', '.join(names)})")
+        if key in given:
+            raise InputBindingError(f"input {key!r} is given twice")
+        given[key] = value
+    missing = [n for n in names if n not in given]
+    if missing:
+        raise InputBindingError(f"graph {graph.name!r}: missing input(s) {', '.join(missing)}")
+    bindings: dict[str, int] = {}
+    arrays: dict[str, np.ndarray] = {}
+    for value in graph.inputs:
+        array = given[value.name]
+        if not isinstance(array, np.ndarray):
+            array = np.asarray(array)
+        where = f"input {value.name!r} (expects {value.type})"
+        if array.dtype != value.type.dtype.numpy:
+            raise InputBindingError(f"{where}: got dtype {array.dtype}")
+        check_shape(value.type, array.shape, bindings, where, InputBindingError)
+        arrays[value.name] = array
+    return arrays, bindings
+
+
+def check_shape(expected: TensorType, shape: tuple[int, ...], bindings: dict[str, int],
+                where: str, error: type[PolyhalError]) -> None:
+    """Check ``shape`` against ``expected``, binding plain symbols on first sight."""
+    if len(shape) != expected.rank:
+        raise error(f"{where}: got rank {len(shape)} (shape {list(shape)})")
+    for axis, (dim, actual) in enumerate(zip(expected.shape, shape, strict=True)):
+        if D.is_symbol(dim) and dim not in bindings:
+            bindings[dim] = int(actual)
+            continue
+        value = D.evaluate(dim, bindings)
+        if value is not None and value != actual:
+            detail = f" ({dim} = {value})" if isinstance(dim, str) else ""
+            raise error(f"{where}: dimension {axis} is {actual}, expected {dim}{detail}")
+
+
+class ReferenceExecutor:
+    """Runs a graph with the reference kernels.
+
+    >>> import numpy as np
+    >>> from polyhal import ops
+    >>> from polyhal.ir import GraphBuilder, f32
+    >>> g = GraphBuilder()
+    >>> x = g.input("x", f32["n"])
+    >>> g.output(ops.relu(x), name="y")
+    >>> ReferenceExecutor(g.build())(np.array([-1.0, 2.0], np.float32))["y"]
+    array([0., 2.], dtype=float32)
+    """
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self._plan: list[tuple[Node, OpDef, dict[str, Any]]] = []
+        for node in graph.nodes:
+            op = get_op(node.op, node.domain)
+            attrs = resolve_attrs(op, node.attrs, f"node {node.name!r}")
+            self._plan.append((node, op, attrs))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> dict[str, np.ndarray]:
+        """Run on arrays given by position or by input name; outputs by name."""
+        env, bindings = bind_inputs(self.graph, args, kwargs)
+        env.update(self.graph.constants)
+        for node, op, attrs in self._plan:
+            inputs = [env[name] if name else None for name in node.inputs]
+            for value, array in zip(node.outputs, run_node(node, op, attrs, inputs, bindings),
+                                    strict=True):
+                env[value.name] = array
+        return {v.name: env[v.name] for v in self.graph.outputs}
+
+
+def run(graph: Graph, *args: Any, **kwargs: Any) -> dict[str, np.ndarray]:
+    """Run ``graph`` once on the reference executor."""
+    return ReferenceExecutor(graph)(*args, **kwargs)
+
+
+def _describe(inputs: Sequence[np.ndarray | None]) -> str:
+    return ", ".join("none" if a is None else f"{a.dtype}{list(a.shape)}" for a in inputs)
+
+
+def run_node(node: Node, op: OpDef, attrs: dict[str, Any], inputs: list[np.ndarray | None],
+             bindings: dict[str, int]) -> list[np.ndarray]:
+    """Run one node's reference kernel and check its outputs against the node's types."""
+    where = f"node {node.name!r} ({node.qualified_op})"
+    limits = current_limits()
+    for value in node.outputs:
+        shape = [D.evaluate(d, bindings) for d in value.type.shape]
+        if all(s is not None for s in shape):
+            limits.check_shape(shape, f"{where}: output {value.name!r}")  # type: ignore[arg-type]
+    low = any(v.type.dtype.is_low_precision for v in node.outputs) or any(
+        a is not None and a.dtype in _LOW_PRECISION for a in inputs)
+    args = [a.astype(np.float32) if a is not None and a.dtype in _LOW_PRECISION else a
+            for a in inputs]
+    try:
+        result = op.kernel(*args, **attrs)
+    except PolyhalError:
+        raise
+    except Exception as exc:
+        raise ExecutionError(f"{where} failed on inputs ({_describe(inputs)}): "
+                             f"{type(exc).__name__}: {exc}") from exc
+    results = list(result) if isinstance(result, tuple | list) else [result]
+    if len(results) < len(node.outputs):
+        raise ExecutionError(f"{where}: kernel returned {len(results)} outputs, "
+                             f"expected {len(node.outputs)}")
+    checked = []
+    for value, array in zip(node.outputs, results, strict=False):
+        array = np.asarray(array)
+        expected = value.type.dtype.numpy
+        if low and array.dtype == np.float32 and value.type.dtype.is_low_precision:
+            array = array.astype(expected)
+        if array.dtype != expected:
+            raise ExecutionError(f"{where}: kernel returned dtype {array.dtype} for output "
+                                 f"{value.name!r}, expected {value.type.dtype.value}")
+        check_shape(value.type, array.shape, bindings, f"{where}: output {value.name!r}",
+                    ExecutionError)
+        checked.append(array)
+    return checked
+
+
+_LOW_PRECISION = (DType.FLOAT16.numpy, DType.BFLOAT16.numpy)
