@@ -16,11 +16,12 @@ from polyhal.errors import (
     UnsupportedError,
     VerificationError,
 )
-from polyhal.ir import DType, Graph, GraphBuilder, TensorType
+from polyhal.ir import DType, Graph, GraphBuilder, TensorType, load, save
+from polyhal.reference import run
 
 __all__ = [
     "AdapterContractError", "ConformanceError", "DType", "DeviceError", "ExecutionError",
     "Graph", "GraphBuilder", "IRError", "InputBindingError", "LimitExceededError",
     "PolyhalError", "SerializationError", "TensorType", "UnsupportedError",
-    "VerificationError", "__version__", "ops",
+    "VerificationError", "__version__", "load", "ops", "run", "save",
 ]

@@ -43,9 +43,8 @@ def _parse(text: str) -> tuple[tuple[tuple[str, ...], int], ...]:
         raise ValueError(f"longer than {MAX_EXPR_LENGTH} characters")
     tokens: list[str] = []
     for number, name, other in _TOKEN.findall(text):
-        if other and not other.isspace():
-            if other not in "+-*()":
-                raise ValueError(f"unexpected character {other!r}")
+        if other and not other.isspace() and other not in "+-*()":
+            raise ValueError(f"unexpected character {other!r}")
         tokens.append(number or name or other)
     tokens = [t for t in tokens if t and not t.isspace()]
     pos = 0

@@ -64,7 +64,7 @@ def freeze_array(array: np.ndarray, where: str) -> np.ndarray:
         raise VerificationError(f"{where}: expected a numpy array, got {type(array).__name__}")
     DType.from_numpy(array.dtype, where)
     if array.flags.writeable or not array.flags.c_contiguous:
-        array = np.ascontiguousarray(array).copy()
+        array = np.array(array, order="C")
         array.flags.writeable = False
     return array
 

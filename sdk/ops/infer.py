@@ -93,11 +93,13 @@ def broadcast_shapes(ctx: InferContext, *shapes: tuple[D.Dim, ...]) -> tuple[D.D
     result: list[D.Dim] = [1] * rank
     for shape in shapes:
         padded = (1,) * (rank - len(shape)) + tuple(shape)
-        result = [broadcast_dim(ctx, r, s, rank - i) for i, (r, s) in enumerate(zip(result, padded))]
+        result = [broadcast_dim(ctx, r, s, rank - i)
+                  for i, (r, s) in enumerate(zip(result, padded, strict=True))]
     return tuple(result)
 
 
-def broadcast_types(ctx: InferContext, *types: TensorType, dtype: DType | None = None) -> TensorType:
+def broadcast_types(ctx: InferContext, *types: TensorType,
+                    dtype: DType | None = None) -> TensorType:
     """A tensor type whose shape is the broadcast of ``types``."""
     shape = broadcast_shapes(ctx, *(t.shape for t in types))
     return TensorType(dtype or types[0].dtype, shape)

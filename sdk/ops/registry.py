@@ -24,10 +24,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from polyhal.errors import IRError
 from polyhal.ir.dtypes import DType
+
+if TYPE_CHECKING:
+    from polyhal.ops.infer import InferContext
 
 
 class AttrKind(enum.Enum):

@@ -30,7 +30,7 @@ def bind_inputs(graph: Graph, args: Sequence[Any], kwargs: Mapping[str, Any]
     if len(args) > len(names):
         raise InputBindingError(f"graph {graph.name!r} takes {len(names)} inputs, "
                                 f"got {len(args)} positional")
-    given: dict[str, Any] = dict(zip(names, args))
+    given: dict[str, Any] = dict(zip(names, args, strict=False))
     for key, value in kwargs.items():
         if key not in names:
             raise InputBindingError(f"graph {graph.name!r} has no input {key!r} "

@@ -1,0 +1,358 @@
+"""Versioned JSON + ``.npz`` serialization of graphs.
+
+``save(graph, "model.json")`` writes the structure to ``model.json`` and every
+tensor (constants and tensor attributes) to ``model.npz`` beside it. The JSON
+records each tensor's dtype and shape, so bfloat16 survives (it is stored as
+its raw 16-bit pattern). Both files are written atomically.
+
+``load("model.json")`` never executes code from the files: the npz is read
+with ``allow_pickle=False``, every tensor's header is checked against the JSON
+and against :class:`~polyhal.ir.Limits` *before* its data is read, and the JSON
+is validated field by field; every problem is a :class:`SerializationError`
+(or :class:`LimitExceededError`) naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import tempfile
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from polyhal.errors import IRError, LimitExceededError, SerializationError
+from polyhal.ir.dtypes import DType
+from polyhal.ir.graph import Graph, Node, Value
+from polyhal.ir.limits import Limits, current_limits
+from polyhal.ir.types import TensorType
+
+FORMAT_NAME = "polyhal.graph"
+FORMAT_VERSION = 1
+
+
+# ----------------------------------------------------------------- writing
+
+def _storage(array: np.ndarray) -> np.ndarray:
+    """The array as stored in the npz: bfloat16 as its uint16 bit pattern."""
+    if DType.from_numpy(array.dtype) is DType.BFLOAT16:
+        return np.array(array, order="C").view(np.uint16)
+    return np.array(array, order="C")
+
+
+def _encode_float(value: float) -> float | str:
+    return value if math.isfinite(value) else repr(value)  # 'nan', 'inf', '-inf'
+
+
+def _encode_attr(value: Any, tensors: dict[str, np.ndarray]) -> dict[str, Any]:
+    if isinstance(value, np.ndarray):
+        key = f"t{len(tensors)}"
+        tensors[key] = value
+        return {"tensor": _tensor_ref(key, value)}
+    if isinstance(value, DType):
+        return {"dtype": value.value}
+    if isinstance(value, bool | int):
+        return {"int": int(value)}
+    if isinstance(value, float):
+        return {"float": _encode_float(value)}
+    if isinstance(value, str):
+        return {"string": value}
+    if isinstance(value, tuple):
+        if all(isinstance(v, int) for v in value):
+            return {"ints": list(value)}
+        if all(isinstance(v, int | float) for v in value):
+            return {"floats": [_encode_float(float(v)) for v in value]}
+        if all(isinstance(v, str) for v in value):
+            return {"strings": list(value)}
+    raise SerializationError(f"cannot serialize attribute value {value!r}")
+
+
+def _tensor_ref(key: str, array: np.ndarray) -> dict[str, Any]:
+    return {"key": key, "dtype": DType.from_numpy(array.dtype).value,
+            "shape": [int(d) for d in array.shape]}
+
+
+def _value_doc(value: Value) -> dict[str, Any]:
+    return {"name": value.name, "dtype": value.type.dtype.value, "shape": list(value.type.shape)}
+
+
+def to_document(graph: Graph) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The JSON document of ``graph`` and the tensors it refers to by key."""
+    tensors: dict[str, np.ndarray] = {}
+    constants = []
+    for name, array in graph.constants.items():
+        key = f"t{len(tensors)}"
+        tensors[key] = array
+        constants.append({"name": name, **_tensor_ref(key, array)})
+    nodes = [{
+        "name": n.name, "domain": n.domain, "op": n.op, "inputs": list(n.inputs),
+        "outputs": [_value_doc(o) for o in n.outputs],
+        "attrs": {k: _encode_attr(v, tensors) for k, v in sorted(n.attrs.items())},
+    } for n in graph.nodes]
+    doc = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "name": graph.name,
+           "doc": graph.doc, "inputs": [_value_doc(v) for v in graph.inputs],
+           "outputs": [_value_doc(v) for v in graph.outputs], "constants": constants,
+           "nodes": nodes}
+    return doc, tensors
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def tensors_path(json_path: str | os.PathLike[str]) -> Path:
+    """Where the tensors of the model at ``json_path`` live: the same stem, ``.npz``."""
+    return Path(json_path).with_suffix(".npz")
+
+
+def save(graph: Graph, path: str | os.PathLike[str]) -> Path:
+    """Write ``graph`` to ``path`` (JSON) and its tensors beside it (``.npz``)."""
+    path = Path(path)
+    if path.suffix != ".json":
+        raise SerializationError(f"{path}: a polyhal model file must end in .json")
+    doc, tensors = to_document(graph)
+    buffer = io.BytesIO()
+    np.savez(buffer, **{k: _storage(v) for k, v in tensors.items()})
+    _atomic_write(tensors_path(path), buffer.getvalue())
+    _atomic_write(path, json.dumps(doc, indent=1).encode())
+    return path
+
+
+# ----------------------------------------------------------------- reading
+
+class _Reader:
+    """Validates a JSON document field by field, naming the field on error."""
+
+    def __init__(self, source: str, limits: Limits) -> None:
+        self.source = source
+        self.limits = limits
+
+    def fail(self, where: str, message: str) -> SerializationError:
+        return SerializationError(f"{self.source}: {where}: {message}")
+
+    def get(self, obj: Any, key: str, kind: type | tuple[type, ...], where: str,
+            default: Any = ...) -> Any:
+        if not isinstance(obj, dict):
+            raise self.fail(where, f"expected an object, got {type(obj).__name__}")
+        if key not in obj:
+            if default is not ...:
+                return default
+            raise self.fail(f"{where}.{key}", "missing")
+        value = obj[key]
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool
+                                           and bool not in _as_tuple(kind)):
+            names = "/".join(k.__name__ for k in _as_tuple(kind))
+            raise self.fail(f"{where}.{key}", f"expected {names}, got {type(value).__name__}")
+        return value
+
+    def list_of(self, obj: Any, key: str, where: str) -> list[Any]:
+        return self.get(obj, key, list, where)
+
+    def tensor_type(self, obj: Any, where: str) -> TensorType:
+        dtype = DType.parse(self.get(obj, "dtype", str, where), f"{self.source}: {where}.dtype")
+        shape = self.get(obj, "shape", list, where)
+        if len(shape) > self.limits.max_rank:
+            raise LimitExceededError(f"{self.source}: {where}.shape: rank {len(shape)} exceeds "
+                                     f"the limit of {self.limits.max_rank}")
+        for d in shape:
+            if isinstance(d, bool) or not isinstance(d, int | str):
+                raise self.fail(f"{where}.shape", f"dimension {d!r} is not an int or symbol")
+        try:
+            return TensorType(dtype, tuple(shape))
+        except IRError as exc:
+            raise self.fail(f"{where}.shape", str(exc)) from None
+
+    def value(self, obj: Any, where: str) -> Value:
+        return Value(self.get(obj, "name", str, where), self.tensor_type(obj, where))
+
+
+def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+class _TensorStore:
+    """Reads tensors from an npz lazily, checking each header before its data."""
+
+    def __init__(self, path: Path, limits: Limits) -> None:
+        self.path = path
+        self.limits = limits
+        self.total = 0
+        self._zip: zipfile.ZipFile | None = None
+
+    def _archive(self) -> zipfile.ZipFile:
+        if self._zip is None:
+            if not self.path.is_file():
+                raise SerializationError(f"{self.path}: tensor file is missing")
+            try:
+                self._zip = zipfile.ZipFile(self.path)
+            except (zipfile.BadZipFile, OSError) as exc:
+                raise SerializationError(f"{self.path}: not a valid npz file ({exc})") from None
+        return self._zip
+
+    def read(self, ref: Mapping[str, Any], reader: _Reader, where: str) -> np.ndarray:
+        key = reader.get(ref, "key", str, where)
+        expected = reader.tensor_type(ref, where)
+        if not expected.is_static:
+            raise reader.fail(f"{where}.shape", "a stored tensor needs a static shape")
+        shape = tuple(int(d) for d in expected.shape)
+        self.limits.check_shape(shape, f"{self.path}: {where} ({key})")
+        nbytes = expected.num_elements * expected.dtype.itemsize  # type: ignore[operator]
+        self.total += nbytes
+        if self.total > self.limits.max_total_bytes:
+            raise LimitExceededError(f"{self.path}: tensors exceed {self.limits.max_total_bytes} "
+                                     f"bytes in total (at {where})")
+        archive = self._archive()
+        try:
+            info = archive.getinfo(f"{key}.npy")
+        except KeyError:
+            raise SerializationError(f"{self.path}: {where}: tensor {key!r} is missing") from None
+        if info.file_size > nbytes + 4096:
+            raise SerializationError(f"{self.path}: {where}: entry {key!r} is {info.file_size} "
+                                     f"bytes, more than its declared {expected} needs")
+        storage = np.dtype(np.uint16) if expected.dtype is DType.BFLOAT16 else expected.dtype.numpy
+        try:
+            with archive.open(info) as fh:
+                version = np.lib.format.read_magic(fh)
+                header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                          else np.lib.format.read_array_header_2_0)(fh)
+                file_shape, fortran, file_dtype = header
+                if file_dtype != storage or tuple(file_shape) != shape or fortran:
+                    raise SerializationError(
+                        f"{self.path}: {where}: entry {key!r} holds {file_dtype}{list(file_shape)}"
+                        f", but the model declares {expected}")
+                data = fh.read(nbytes)
+        except SerializationError:
+            raise
+        except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
+            raise SerializationError(f"{self.path}: {where}: cannot read tensor {key!r} "
+                                     f"({exc})") from None
+        if len(data) != nbytes:
+            raise SerializationError(f"{self.path}: {where}: tensor {key!r} is truncated")
+        array = np.frombuffer(data, dtype=storage).reshape(shape)
+        if expected.dtype is DType.BFLOAT16:
+            array = array.view(DType.BFLOAT16.numpy)
+        return array.copy()
+
+    def close(self) -> None:
+        if self._zip is not None:
+            self._zip.close()
+
+
+def _decode_float(value: Any, reader: _Reader, where: str) -> float:
+    if isinstance(value, str) and value in ("nan", "inf", "-inf"):
+        return float(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise reader.fail(where, f"expected a number, got {value!r}")
+    return float(value)
+
+
+def _decode_attr(obj: Any, reader: _Reader, store: _TensorStore, where: str) -> Any:
+    if not isinstance(obj, dict) or len(obj) != 1:
+        raise reader.fail(where, "an attribute is an object with exactly one kind key")
+    (kind, value), = obj.items()
+    if kind == "int":
+        return reader.get(obj, "int", int, where)
+    if kind == "float":
+        return _decode_float(value, reader, f"{where}.float")
+    if kind == "string":
+        return reader.get(obj, "string", str, where)
+    if kind == "dtype":
+        return DType.parse(reader.get(obj, "dtype", str, where), f"{reader.source}: {where}")
+    if kind == "tensor":
+        return store.read(value, reader, f"{where}.tensor")
+    if kind in ("ints", "floats", "strings"):
+        items = reader.get(obj, kind, list, where)
+        if kind == "floats":
+            return tuple(_decode_float(v, reader, f"{where}.floats") for v in items)
+        element = int if kind == "ints" else str
+        for v in items:
+            if isinstance(v, bool) or not isinstance(v, element):
+                raise reader.fail(f"{where}.{kind}", f"{v!r} is not a {element.__name__}")
+        return tuple(items)
+    raise reader.fail(where, f"unknown attribute kind {kind!r}")
+
+
+def from_document(doc: Any, store: _TensorStore, source: str = "<document>",
+                  limits: Limits | None = None) -> Graph:
+    """The graph described by a parsed JSON document."""
+    limits = limits or current_limits()
+    r = _Reader(source, limits)
+    if not isinstance(doc, dict):
+        raise r.fail("document", f"expected an object, got {type(doc).__name__}")
+    if r.get(doc, "format", str, "document") != FORMAT_NAME:
+        raise r.fail("format", f"expected {FORMAT_NAME!r}, got {doc['format']!r}")
+    version = r.get(doc, "version", int, "document")
+    if version > FORMAT_VERSION:
+        raise r.fail("version", f"format version {version} is newer than this polyhal "
+                                f"supports ({FORMAT_VERSION}); upgrade polyhal")
+    if version < 1:
+        raise r.fail("version", f"invalid format version {version}")
+    nodes_doc = r.list_of(doc, "nodes", "document")
+    if len(nodes_doc) > limits.max_nodes:
+        raise LimitExceededError(f"{source}: {len(nodes_doc)} nodes exceed the limit of "
+                                 f"{limits.max_nodes}")
+    inputs = [r.value(v, f"inputs[{i}]")
+              for i, v in enumerate(r.list_of(doc, "inputs", "document"))]
+    outputs = [r.value(v, f"outputs[{i}]")
+               for i, v in enumerate(r.list_of(doc, "outputs", "document"))]
+    constants: dict[str, np.ndarray] = {}
+    for i, c in enumerate(r.list_of(doc, "constants", "document")):
+        name = r.get(c, "name", str, f"constants[{i}]")
+        if name in constants:
+            raise r.fail(f"constants[{i}].name", f"constant {name!r} appears twice")
+        constants[name] = store.read(c, r, f"constants[{i}]")
+    nodes = []
+    for i, n in enumerate(nodes_doc):
+        where = f"nodes[{i}]"
+        inputs_ = r.list_of(n, "inputs", where)
+        if not all(isinstance(x, str) for x in inputs_):
+            raise r.fail(f"{where}.inputs", "expected a list of value names")
+        attrs_doc = r.get(n, "attrs", dict, where, default={})
+        attrs = {k: _decode_attr(v, r, store, f"{where}.attrs.{k}") for k, v in attrs_doc.items()}
+        outs = [r.value(o, f"{where}.outputs[{j}]")
+                for j, o in enumerate(r.list_of(n, "outputs", where))]
+        nodes.append(Node(r.get(n, "op", str, where), r.get(n, "name", str, where),
+                          tuple(inputs_), tuple(outs), attrs, r.get(n, "domain", str, where)))
+    try:
+        return Graph(r.get(doc, "name", str, "document"), tuple(inputs), tuple(outputs),
+                     tuple(nodes), constants, r.get(doc, "doc", str, "document", default=""))
+    except IRError as exc:
+        raise type(exc)(f"{source}: {exc}") from None
+
+
+def load(path: str | os.PathLike[str], limits: Limits | None = None) -> Graph:
+    """Load and verify the model at ``path`` (and its ``.npz`` beside it)."""
+    path = Path(path)
+    limits = limits or current_limits()
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise SerializationError(f"{path}: cannot read model file ({exc.strerror})") from None
+    if size > limits.max_file_bytes:
+        raise LimitExceededError(f"{path}: {size} bytes exceed the model file limit of "
+                                 f"{limits.max_file_bytes}")
+    try:
+        doc = json.loads(path.read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SerializationError(f"{path}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise SerializationError(f"{path}: JSON nested too deeply") from None
+    store = _TensorStore(tensors_path(path), limits)
+    try:
+        return from_document(doc, store, str(path), limits)
+    finally:
+        store.close()
