@@ -18,10 +18,11 @@ from polyhal.errors import (
 )
 from polyhal.ir import DType, Graph, GraphBuilder, TensorType, load, save
 from polyhal.reference import run
+from polyhal.runtime import compile
 
 __all__ = [
     "AdapterContractError", "ConformanceError", "DType", "DeviceError", "ExecutionError",
     "Graph", "GraphBuilder", "IRError", "InputBindingError", "LimitExceededError",
     "PolyhalError", "SerializationError", "TensorType", "UnsupportedError",
-    "VerificationError", "__version__", "load", "ops", "run", "save",
+    "VerificationError", "__version__", "compile", "load", "ops", "run", "save",
 ]

@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 
 from polyhal.ir import DType, GraphBuilder, TensorType
+from polyhal.ir.graph import freeze_attr
+from polyhal.ir.verify import resolve_attrs
 from polyhal.ops import get_op
 from polyhal.reference import run
 
@@ -30,7 +32,8 @@ def _build(op: str, inputs: Sequence[np.ndarray | None], attrs: dict[str, Any],
     if decomposed:
         opdef = get_op(op, domain)
         assert opdef.decompose is not None, f"{op} has no decomposition"
-        outs = opdef.decompose(*args, **attrs)
+        frozen = {k: freeze_attr(v, k) for k, v in attrs.items() if v is not None}
+        outs = opdef.decompose(*args, **resolve_attrs(opdef, frozen, f"decompose {op}"))
     else:
         outs = g.op(op, *args, domain=domain, num_outputs=num_outputs, **attrs)
     outs = outs if isinstance(outs, tuple) else (outs,)

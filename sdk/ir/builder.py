@@ -22,8 +22,9 @@ import numpy as np
 from polyhal.errors import IRError, VerificationError
 from polyhal.ir.dtypes import DType
 from polyhal.ir.graph import Graph, Node, Value, freeze_attr
+from polyhal.ir.limits import current_limits
 from polyhal.ir.types import TensorType
-from polyhal.ir.verify import infer_node, resolve_attrs
+from polyhal.ir.verify import check_arity, constant_value, infer_node, resolve_attrs
 
 
 class Var:
@@ -97,8 +98,9 @@ class Var:
 class GraphBuilder:
     """Builds a :class:`Graph` node by node, inferring types as it goes."""
 
-    def __init__(self, name: str = "graph") -> None:
+    def __init__(self, name: str = "graph", reserved: Sequence[str] = ()) -> None:
         self.name = name
+        self._reserved = set(reserved)
         self._inputs: list[Value] = []
         self._constants: dict[str, np.ndarray] = {}
         self._nodes: list[Node] = []
@@ -111,7 +113,8 @@ class GraphBuilder:
         while True:
             self._counter += 1
             name = f"{stem}_{self._counter}"
-            if name not in self._types and all(n.name != name for n in self._nodes):
+            if name not in self._types and name not in self._reserved and all(
+                    n.name != name for n in self._nodes):
                 return name
 
     def _claim(self, name: str, type: TensorType) -> Var:
@@ -153,17 +156,20 @@ class GraphBuilder:
         return self.constant(array)
 
     def op(self, op: str, *inputs: Any, domain: str = "core", num_outputs: int | None = None,
-           name: str | None = None, **attrs: Any) -> Any:
+           name: str | None = None, output_names: Sequence[str] | None = None,
+           **attrs: Any) -> Any:
         """Apply ``op``; returns a :class:`Var`, or a tuple when it has several outputs.
 
         Non-``Var`` inputs (numbers, lists, arrays) become constants; a number
         takes the dtype of the ``Var`` it meets in the same type variable.
-        ``None`` omits an optional input.
+        ``None`` omits an optional input. ``output_names`` names the outputs
+        (default: the node name, with ``.i`` suffixes when there are several).
         """
+        from polyhal.ops import snake_name
         from polyhal.ops.registry import get_op
 
         opdef = get_op(op, domain)
-        node_name = name or self._unique(op.lower())
+        node_name = name or self._unique(snake_name(op).rstrip("_"))
         where = f"node {node_name!r} ({opdef.qualified_name})"
         like: dict[str, DType] = {}
         for index, value in enumerate(inputs):
@@ -175,20 +181,32 @@ class GraphBuilder:
                 vars_.append(None)
                 continue
             vars_.append(self._as_var(value, like.get(opdef.input_spec(index).type_var)))
+        if (num_outputs is not None and "num_outputs" in opdef.attr_specs
+                and all(v is None for v in inputs[1:])):
+            # Split takes its output count as an attribute unless sizes are given.
+            attrs.setdefault("num_outputs", num_outputs)
         frozen = {k: freeze_attr(v, f"{where} attribute {k!r}") for k, v in attrs.items()
                   if v is not None}
         resolved = resolve_attrs(opdef, frozen, where)
         count = num_outputs if num_outputs is not None else max(opdef.min_outputs, 1)
+        if output_names is not None:
+            count = len(output_names)
+        check_arity(opdef, len(vars_), count, where)
         out_types = infer_node(
             opdef, node_name, [v.type if v else None for v in vars_], resolved, count,
             [self._const_values.get(v.name) if v else None for v in vars_])
-        out_names = [node_name if count == 1 else f"{node_name}.{i}" for i in range(count)]
+        out_names = list(output_names) if output_names is not None else [
+            node_name if count == 1 else f"{node_name}.{i}" for i in range(count)]
+        for out_name, t in zip(out_names, out_types, strict=True):
+            if t.is_static:
+                current_limits().check_shape(t.shape, f"{where}: output {out_name!r} ({t})")
         outputs = [self._claim(n, t) for n, t in zip(out_names, out_types, strict=True)]
         self._nodes.append(Node(opdef.name, node_name, tuple(v.name if v else "" for v in vars_),
                                 tuple(Value(v.name, v.type) for v in outputs), frozen,
                                 opdef.domain))
-        if opdef.name == "Constant" and resolved.get("value") is not None:
-            self._const_values[outputs[0].name] = resolved["value"]
+        value = constant_value(opdef, resolved)
+        if value is not None:
+            self._const_values[outputs[0].name] = value
         return outputs[0] if count == 1 else tuple(outputs)
 
     def output(self, *values: Var, name: str | None = None,

@@ -106,6 +106,10 @@ class Node:
         object.__setattr__(self, "outputs", outputs)
         object.__setattr__(self, "attrs", types.MappingProxyType(attrs))
 
+    def __reduce__(self) -> tuple:
+        return (Node, (self.op, self.name, self.inputs, self.outputs, dict(self.attrs),
+                       self.domain))
+
     @property
     def qualified_op(self) -> str:
         """``domain.Op``."""
@@ -150,6 +154,10 @@ class Graph:
         object.__setattr__(self, "nodes", tuple(self.nodes))
         object.__setattr__(self, "constants", types.MappingProxyType(constants))
         object.__setattr__(self, "_value_types", verify_graph(self))
+
+    def __reduce__(self) -> tuple:
+        return (Graph, (self.name, self.inputs, self.outputs, self.nodes, dict(self.constants),
+                        self.doc))
 
     def value_type(self, name: str) -> TensorType:
         """The type of the value called ``name``."""

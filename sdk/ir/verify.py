@@ -217,8 +217,9 @@ def verify_graph(graph: Graph) -> dict[str, TensorType]:
                 raise VerificationError(f"{where}: output {index} ({value.name!r}) is declared "
                                         f"{value.type} but the op gives {t}")
             define(value.name, value.type, f"output {index} of node {node.name!r}")
-        if op.name == "Constant" and op.domain == "core" and attrs.get("value") is not None:
-            consts[node.outputs[0].name] = attrs["value"]
+        value = constant_value(op, attrs)
+        if value is not None:
+            consts[node.outputs[0].name] = value
 
     for index, value in enumerate(graph.outputs):
         if not isinstance(value, Value):
@@ -232,13 +233,28 @@ def verify_graph(graph: Graph) -> dict[str, TensorType]:
     return types
 
 
+def constant_value(op: OpDef, attrs: dict[str, Any]) -> np.ndarray | None:
+    """The value a ``core.Constant`` node produces (``None`` for any other op)."""
+    if op.name != "Constant" or op.domain != "core":
+        return None
+    return np.asarray(op.kernel(**attrs))
+
+
 def _check_arity(op: OpDef, node: Node, where: str) -> None:
-    n_in, n_out = len(node.inputs), len(node.outputs)
-    lo, hi = op.min_inputs, op.max_inputs
-    if n_in < lo or (hi is not None and n_in > hi):
-        expected = f"{lo}" if lo == hi else f"{lo} to {hi if hi is not None else 'any number'}"
-        raise VerificationError(f"{where}: takes {expected} inputs, got {n_in}")
-    lo, hi = op.min_outputs, op.max_outputs
-    if n_out < lo or (hi is not None and n_out > hi) or n_out == 0:
-        expected = f"{lo}" if lo == hi else f"{lo} to {hi if hi is not None else 'any number'}"
-        raise VerificationError(f"{where}: has {expected} outputs, got {n_out}")
+    check_arity(op, len(node.inputs), len(node.outputs), where)
+
+
+def check_arity(op: OpDef, n_in: int, n_out: int, where: str) -> None:
+    """Raise unless ``op`` takes ``n_in`` inputs and gives ``n_out`` outputs."""
+    for count, lo, hi, specs, noun, verb in (
+            (n_in, op.min_inputs, op.max_inputs, op.inputs, "inputs", "takes"),
+            (n_out, op.min_outputs, op.max_outputs, op.outputs, "outputs", "has")):
+        if lo <= count and (hi is None or count <= hi) and (noun == "inputs" or count > 0):
+            continue
+        names = ", ".join(s.name + ("..." if s.variadic else "") + ("?" if s.optional else "")
+                          for s in specs)
+        if hi is None:
+            expected = f"{max(lo, 1)} or more"
+        else:
+            expected = f"{lo}" if lo == hi else f"{lo} to {hi}"
+        raise VerificationError(f"{where}: {verb} {expected} {noun} ({names}), got {count}")

@@ -13,10 +13,19 @@ asks for optional outputs, ``domain=`` picks a domain other than ``core``.
 
 from __future__ import annotations
 
+import keyword
 import re
 from typing import Any
 
-from polyhal.ops import elementwise, linalg, nn, quant, reduce, shape  # noqa: F401  (registers)
+from polyhal.ops import (  # noqa: F401  (importing registers the ops)
+    elementwise,
+    linalg,
+    movement,
+    nn,
+    quant,
+    reduce,
+    shape,
+)
 from polyhal.ops.registry import (
     REQUIRED,
     Attr,
@@ -36,9 +45,10 @@ __all__ = ["REQUIRED", "Attr", "AttrKind", "Input", "OpDef", "Output", "all_ops"
 
 
 def snake_name(op_name: str) -> str:
-    """The builder-function name of an op: ``ReduceSum`` -> ``reduce_sum``."""
+    """The builder-function name of an op: ``ReduceSum`` -> ``reduce_sum``, ``And`` -> ``and_``."""
     text = op_name.replace("MatMul", "Matmul").replace("NaN", "Nan")
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", text).lower()
+    name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", text).lower()
+    return name + "_" if keyword.iskeyword(name) else name
 
 
 def apply(op: str, *inputs: Any, domain: str = "core", builder: Any = None, **kwargs: Any) -> Any:

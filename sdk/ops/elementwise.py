@@ -376,23 +376,28 @@ register(OpDef(
 # --------------------------------------------------------------------------- variadic
 
 
+def _fold(ufunc: np.ufunc, xs: Sequence[np.ndarray]) -> np.ndarray:
+    """``ufunc`` applied left to right; a fresh array even for one input."""
+    return functools.reduce(ufunc, xs[1:], np.array(xs[0], copy=True))
+
+
 def _mean(*xs: np.ndarray) -> np.ndarray:
-    return functools.reduce(np.add, xs) / len(xs)
+    return _fold(np.add, xs) / len(xs)
 
 
 def _mean_decompose(*xs: Any) -> Any:
     return ops.sum(*xs) / float(len(xs))
 
 
-_variadic("Sum", lambda *xs: functools.reduce(np.add, xs), FLOAT_TYPES,
+_variadic("Sum", lambda *xs: _fold(np.add, xs), FLOAT_TYPES,
           "Sum of one or more inputs with broadcasting, added left to right.")
 _variadic("Mean", _mean, FLOAT_TYPES,
           "Sum of one or more inputs with broadcasting, divided by their count.",
           decompose=_mean_decompose)
-_variadic("Max", lambda *xs: functools.reduce(np.maximum, xs), NUMERIC_TYPES,
+_variadic("Max", lambda *xs: _fold(np.maximum, xs), NUMERIC_TYPES,
           "Elementwise max of one or more inputs with broadcasting; polyhal choice: NaN in "
           "any input gives NaN.")
-_variadic("Min", lambda *xs: functools.reduce(np.minimum, xs), NUMERIC_TYPES,
+_variadic("Min", lambda *xs: _fold(np.minimum, xs), NUMERIC_TYPES,
           "Elementwise min of one or more inputs with broadcasting; polyhal choice: NaN in "
           "any input gives NaN.")
 

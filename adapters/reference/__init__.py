@@ -1,0 +1,86 @@
+"""The reference adapter: the reference executor as a device.
+
+It claims every op of the registry in every dtype the op admits, and computes
+with the reference kernels — so its conformance run checks the suite itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from polyhal.errors import UnsupportedError
+from polyhal.hal import (
+    Adapter,
+    Buffer,
+    Capabilities,
+    CompileOptions,
+    Device,
+    DeviceInfo,
+    Executable,
+)
+from polyhal.ir import Graph, TensorType
+from polyhal.ops import all_ops
+from polyhal.reference import ReferenceExecutor
+
+
+@cache
+def reference_capabilities() -> Capabilities:
+    """Every registered op, with every dtype it admits."""
+    ops = {op.qualified_name: frozenset().union(*op.type_vars.values()) for op in all_ops()}
+    return Capabilities(ops=ops, dynamic_shapes=True, precisions=frozenset({"fp32"}),
+                        max_rank=32, tags=frozenset({"reference", "training"}))
+
+
+class ReferenceExecutable(Executable):
+    """A graph bound to the reference executor."""
+
+    def __init__(self, device: ReferenceDevice, graph: Graph) -> None:
+        self.device = device
+        self.graph = graph
+        self.executor = ReferenceExecutor(graph)
+
+    def run(self, inputs: Sequence[Buffer]) -> list[Buffer]:
+        outputs = self.executor(*(b.handle for b in inputs))
+        return [Buffer(self.device, TensorType.of(a), a) for a in outputs.values()]
+
+
+class ReferenceDevice(Device):
+    """Host memory and the reference kernels."""
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return reference_capabilities()
+
+    def upload(self, array: np.ndarray) -> Buffer:
+        return Buffer(self, TensorType.of(array), np.array(array, copy=True))
+
+    def download(self, buffer: Buffer) -> np.ndarray:
+        return np.array(buffer.handle, copy=True)
+
+    def compile(self, graph: Graph, options: CompileOptions) -> Executable:
+        if options.precision != "fp32":
+            raise UnsupportedError(f"reference computes in fp32 (or wider), not "
+                                   f"{options.precision}")
+        return ReferenceExecutable(self, graph)
+
+
+class ReferenceAdapter(Adapter):
+    """The specification, as a device."""
+
+    name = "reference"
+    version = "1.0.0"
+    api_version = (1, 1)
+    device_class = ReferenceDevice
+    executable_class = ReferenceExecutable
+
+    def probe(self) -> list[DeviceInfo]:
+        return [DeviceInfo(self.name, 0, "reference executor (numpy)")]
+
+    def open(self, index: int = 0, **options: Any) -> Device:
+        if index != 0:
+            raise UnsupportedError(f"reference has one device (index 0), not {index}")
+        return ReferenceDevice()

@@ -1,0 +1,101 @@
+"""How close a device's result must be to the reference's.
+
+One table, versioned: a report records ``TOLERANCE_VERSION`` so that two
+reports can be compared. Integers and bools are exact; floats allow
+``|actual - expected| <= atol + rtol * |expected|`` elementwise, with NaN
+matching NaN and infinities matching exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from polyhal.ir.dtypes import DType
+
+TOLERANCE_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Allowed error: ``atol + rtol * |expected|`` (both 0: exact)."""
+
+    atol: float = 0.0
+    rtol: float = 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        """The report's ``tolerance`` object."""
+        return asdict(self)
+
+
+BY_DTYPE: dict[DType, Tolerance] = {
+    DType.FLOAT64: Tolerance(atol=1e-12, rtol=1e-9),
+    DType.FLOAT32: Tolerance(atol=1e-5, rtol=1e-5),
+    DType.FLOAT16: Tolerance(atol=2e-3, rtol=2e-3),
+    DType.BFLOAT16: Tolerance(atol=1.6e-2, rtol=1.6e-2),
+}
+"""Per-dtype tolerances for one rounding step plus accumulation-order differences."""
+
+LOOSER_OPS = {"core.MatMul", "core.Gemm", "core.Conv", "core.ReduceSum", "core.ReduceMean",
+              "core.ReduceProd", "core.Softmax", "core.LogSoftmax", "core.LayerNormalization",
+              "core.BatchNormalization", "core.LRN", "core.AveragePool", "core.GlobalAveragePool",
+              "core.Pow", "core.Erf", "core.Gelu", "core.Mean", "core.Sum"}
+"""Ops whose results depend on summation order or on a transcendental
+approximation: tolerances are scaled by 4."""
+
+
+def tolerance_for(op: str | None, dtypes: Sequence[DType]) -> Tolerance:
+    """The tolerance of a case whose outputs have ``dtypes``."""
+    floats = [BY_DTYPE[d] for d in dtypes if d in BY_DTYPE]
+    if not floats:
+        return Tolerance()
+    atol = max(t.atol for t in floats)
+    rtol = max(t.rtol for t in floats)
+    scale = 4.0 if op in LOOSER_OPS else 1.0
+    return Tolerance(atol * scale, rtol * scale)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """How one actual output compares with the expected one."""
+
+    ok: bool
+    max_abs_err: float
+    max_rel_err: float
+    message: str = ""
+
+
+def compare(actual: np.ndarray, expected: np.ndarray, tol: Tolerance) -> Comparison:
+    """Compare one output elementwise under ``tol``."""
+    if actual.dtype != expected.dtype or actual.shape != expected.shape:
+        return Comparison(False, float("inf"), float("inf"),
+                          f"got {actual.dtype}{list(actual.shape)}, expected "
+                          f"{expected.dtype}{list(expected.shape)}")
+    if actual.size == 0:
+        return Comparison(True, 0.0, 0.0)
+    if not np.issubdtype(np.dtype(expected.dtype), np.inexact) and expected.dtype.kind in "biu":
+        wrong = actual != expected
+        count = int(wrong.sum())
+        diff = np.abs(actual.astype(np.float64) - expected.astype(np.float64))
+        err = float(diff.max())
+        return Comparison(count == 0, err, 0.0 if count == 0 else float("inf"),
+                          "" if count == 0 else f"{count} of {actual.size} elements differ")
+    a = actual.astype(np.float64)
+    e = expected.astype(np.float64)
+    nan_mismatch = np.isnan(a) != np.isnan(e)
+    inf_mismatch = (np.isinf(e) | np.isinf(a)) & (a != e) & ~np.isnan(e)
+    finite = np.isfinite(a) & np.isfinite(e)
+    diff = np.where(finite, np.abs(a - e), 0.0)
+    rel = np.where(finite & (e != 0), diff / np.where(e == 0, 1, np.abs(e)), 0.0)
+    bad = nan_mismatch | inf_mismatch | (diff > tol.atol + tol.rtol * np.abs(np.where(finite, e,
+                                                                                      0)))
+    count = int(bad.sum())
+    max_abs = float(diff.max()) if (~nan_mismatch & ~inf_mismatch).any() else 0.0
+    if nan_mismatch.any() or inf_mismatch.any():
+        max_abs = float("inf")
+    message = "" if count == 0 else (
+        f"{count} of {actual.size} elements outside atol={tol.atol:g} rtol={tol.rtol:g}"
+        + (f" ({int(nan_mismatch.sum())} NaN mismatches)" if nan_mismatch.any() else ""))
+    return Comparison(count == 0, max_abs, float(rel.max()), message)

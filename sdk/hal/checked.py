@@ -1,0 +1,156 @@
+"""Run-time enforcement of the HAL contract.
+
+Every device the runtime or the conformance suite opens is wrapped in a
+:class:`CheckedDevice`: a result of the wrong dtype or shape, or a buffer from
+another device, raises :class:`AdapterContractError` naming the adapter and
+the call; any other exception escaping an adapter becomes a
+:class:`DeviceError` (``PolyhalError`` subclasses pass through unchanged).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+from polyhal.errors import AdapterContractError, DeviceError, PolyhalError
+from polyhal.hal.capabilities import Capabilities
+from polyhal.hal.contract import Buffer, CompileOptions, Device, Executable, Profile
+from polyhal.ir import dims as D
+from polyhal.ir.graph import Graph
+from polyhal.ir.types import TensorType
+
+T = TypeVar("T")
+
+
+def guarded(where: str, call: Callable[..., T], *args: Any) -> T:
+    """Call into an adapter; foreign exceptions become :class:`DeviceError`."""
+    try:
+        return call(*args)
+    except PolyhalError:
+        raise
+    except Exception as exc:
+        raise DeviceError(f"{where} raised {type(exc).__name__}: {exc}") from exc
+
+
+class CheckedExecutable(Executable):
+    """An executable whose every run is checked against the graph's types."""
+
+    def __init__(self, device: CheckedDevice, inner: Executable, graph: Graph) -> None:
+        self.device = device
+        self.inner = inner
+        self.graph = graph
+
+    def run(self, inputs: Sequence[Buffer]) -> list[Buffer]:
+        where = f"{self.device.address} Executable.run"
+        if len(inputs) != len(self.graph.inputs):
+            raise AdapterContractError(f"{where}: {len(inputs)} buffers given, graph "
+                                       f"{self.graph.name!r} takes {len(self.graph.inputs)}")
+        bindings: dict[str, int] = {}
+        for buffer, value in zip(inputs, self.graph.inputs, strict=True):
+            self.device.check_owned(buffer, where)
+            _check_type(value.type, buffer.type, bindings, f"{where}: input {value.name!r}")
+        outputs = guarded(where, self.inner.run, list(inputs))
+        if not isinstance(outputs, list | tuple) or len(outputs) != len(self.graph.outputs):
+            raise AdapterContractError(f"{where} returned {_count(outputs)}; graph "
+                                       f"{self.graph.name!r} has {len(self.graph.outputs)} "
+                                       "outputs")
+        for buffer, value in zip(outputs, self.graph.outputs, strict=True):
+            self.device.check_owned(buffer, f"{where} (output {value.name!r})")
+            _check_type(value.type, buffer.type, bindings, f"{where}: output {value.name!r}")
+        return list(outputs)
+
+    def profile(self) -> Profile | None:
+        return guarded(f"{self.device.address} Executable.profile", self.inner.profile)
+
+
+def _count(outputs: object) -> str:
+    if isinstance(outputs, list | tuple):
+        return f"{len(outputs)} buffers"
+    return f"a {type(outputs).__name__}, not a list of buffers"
+
+
+def _check_type(expected: TensorType, actual: TensorType, bindings: dict[str, int],
+                where: str) -> None:
+    if actual.dtype != expected.dtype or actual.rank != expected.rank:
+        raise AdapterContractError(f"{where}: got {actual}, expected {expected}")
+    for axis, (want, got) in enumerate(zip(expected.shape, actual.shape, strict=True)):
+        if not isinstance(got, int):
+            raise AdapterContractError(f"{where}: buffer shape must be concrete, got {actual}")
+        if D.is_symbol(want) and want not in bindings:
+            bindings[want] = got
+            continue
+        value = D.evaluate(want, bindings)
+        if value is not None and value != got:
+            raise AdapterContractError(f"{where}: dimension {axis} is {got}, expected {want}"
+                                       f" = {value}; got {actual}")
+
+
+class CheckedDevice(Device):
+    """A device whose every call is checked against the contract."""
+
+    def __init__(self, inner: Device, address: str) -> None:
+        self.inner = inner
+        self.adapter = inner.adapter
+        self.index = inner.index
+        self._address = address
+
+    @property
+    def address(self) -> str:
+        return self._address
+
+    @property
+    def capabilities(self) -> Capabilities:
+        caps = guarded(f"{self.address} Device.capabilities",
+                       lambda: self.inner.capabilities)
+        if not isinstance(caps, Capabilities):
+            raise AdapterContractError(f"{self.address} Device.capabilities returned "
+                                       f"{type(caps).__name__}, not Capabilities")
+        return caps
+
+    def check_owned(self, buffer: object, where: str) -> None:
+        """Raise unless ``buffer`` is a buffer of this device."""
+        if not isinstance(buffer, Buffer):
+            raise AdapterContractError(f"{where}: expected a Buffer, got "
+                                       f"{type(buffer).__name__}")
+        if buffer.device is not self.inner and buffer.device is not self:
+            other = getattr(buffer.device, "address", "another device")
+            raise AdapterContractError(f"{where}: the buffer belongs to {other}, not "
+                                       f"{self.address}")
+
+    def upload(self, array: np.ndarray) -> Buffer:
+        where = f"{self.address} Device.upload"
+        if not isinstance(array, np.ndarray):
+            raise AdapterContractError(f"{where}: expected a numpy array, got "
+                                       f"{type(array).__name__}")
+        expected = TensorType.of(array, where)
+        buffer = guarded(where, self.inner.upload, array)
+        self.check_owned(buffer, f"{where} (its result)")
+        if buffer.type != expected:
+            raise AdapterContractError(f"{where} returned a buffer of type {buffer.type} for "
+                                       f"an array of type {expected}")
+        return buffer
+
+    def download(self, buffer: Buffer) -> np.ndarray:
+        where = f"{self.address} Device.download"
+        self.check_owned(buffer, where)
+        array = guarded(where, self.inner.download, buffer)
+        if not isinstance(array, np.ndarray):
+            raise AdapterContractError(f"{where} returned {type(array).__name__}, not an array")
+        actual = TensorType.of(array, where)
+        if actual != buffer.type:
+            raise AdapterContractError(f"{where} returned {actual} for a buffer of type "
+                                       f"{buffer.type}")
+        return array
+
+    def compile(self, graph: Graph, options: CompileOptions) -> Executable:
+        where = f"{self.address} Device.compile"
+        executable = guarded(where, self.inner.compile, graph, options)
+        if not isinstance(executable, Executable):
+            raise AdapterContractError(f"{where} returned {type(executable).__name__}, not an "
+                                       "Executable")
+        return CheckedExecutable(self, executable, graph)
+
+    def close(self) -> None:
+        guarded(f"{self.address} Device.close", self.inner.close)

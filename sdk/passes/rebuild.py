@@ -1,0 +1,43 @@
+"""Rebuilding a graph node by node: the skeleton most passes share."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from polyhal.ir.builder import GraphBuilder, Var
+from polyhal.ir.graph import Graph, Node
+
+NodeRewrite = Callable[[GraphBuilder, Node, list[Var | None]], "tuple[Var, ...] | None"]
+
+
+def replay(builder: GraphBuilder, node: Node, args: list[Var | None]) -> tuple[Var, ...]:
+    """Re-apply ``node`` unchanged (same name, attributes and output names)."""
+    outs: Any = builder.op(node.op, *args, domain=node.domain, name=node.name,
+                           output_names=node.output_names, **dict(node.attrs))
+    return outs if isinstance(outs, tuple) else (outs,)
+
+
+def rebuild(graph: Graph, rewrite: NodeRewrite) -> Graph:
+    """A new graph where each node is replaced by what ``rewrite`` builds.
+
+    ``rewrite(builder, node, args)`` returns the values standing for the
+    node's outputs, or ``None`` to keep the node as it is. Value names of
+    kept nodes, inputs, constants and outputs are preserved.
+    """
+    reserved = [n.name for n in graph.nodes] + list(graph.value_types)
+    g = GraphBuilder(graph.name, reserved=reserved)
+    env: dict[str, Var] = {v.name: g.input(v.name, v.type) for v in graph.inputs}
+    for name, array in graph.constants.items():
+        env[name] = g.constant(array, name=name)
+    for node in graph.nodes:
+        args = [env[i] if i else None for i in node.inputs]
+        outs = rewrite(g, node, args)
+        if outs is None:
+            outs = replay(g, node, args)
+        for value, var in zip(node.outputs, outs, strict=False):
+            env[value.name] = var
+    for value in graph.outputs:
+        g.output(env[value.name], name=value.name)
+    built = g.build()
+    return Graph(built.name, built.inputs, built.outputs, built.nodes, built.constants, graph.doc)

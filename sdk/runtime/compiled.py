@@ -1,0 +1,160 @@
+"""``polyhal.compile``: a graph placed on devices, callable on numpy arrays."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from polyhal.errors import UnsupportedError
+from polyhal.hal.capabilities import PRECISIONS, Capabilities
+from polyhal.hal.contract import Buffer, CompileOptions, Device, Executable
+from polyhal.hal.registry import open_device
+from polyhal.ir.graph import Graph
+from polyhal.ir.types import TensorType
+from polyhal.passes.specialize import specialize
+from polyhal.reference.executor import bind_inputs
+from polyhal.runtime.placement import Partition, Placement, decompose_for, place
+
+
+class Outputs(dict):
+    """Results by output name; an ``int`` index gives them by position."""
+
+    def __getitem__(self, key: str | int) -> np.ndarray:
+        if isinstance(key, int):
+            return list(self.values())[key]
+        return super().__getitem__(key)
+
+
+@dataclass
+class RunStats:
+    """Counters of a compiled graph."""
+
+    runs: int = 0
+    compiles: int = 0
+    transfers: int = 0
+
+
+_devices: dict[tuple[str, bool], Device] = {}
+_devices_lock = threading.Lock()
+
+
+def shared_device(address: str, isolate: bool = False) -> Device:
+    """The process-wide opened device at ``address`` (opened on first use)."""
+    with _devices_lock:
+        key = (address, isolate)
+        if key not in _devices:
+            _devices[key] = open_device(address, isolate=isolate)
+        return _devices[key]
+
+
+class CompiledGraph:
+    """A graph placed over devices; call it with arrays by position or by input name."""
+
+    def __init__(self, graph: Graph, devices: Sequence[Device], options: CompileOptions) -> None:
+        self.source = graph
+        self.devices = {d.address: d for d in devices}
+        self.options = options
+        caps = [d.capabilities for d in devices]
+        addresses = [d.address for d in devices]
+        usable = [c if options.precision in c.precisions else _nothing(c) for c in caps]
+        self.graph = decompose_for(graph, usable[0])
+        self.placement: Placement = place(self.graph, addresses, usable)
+        self.stats = RunStats()
+        self._cache: dict[tuple[int, tuple[TensorType, ...]], Executable] = {}
+        self._lock = threading.Lock()
+
+    def _executable(self, index: int, part: Partition, types: tuple[TensorType, ...]
+                    ) -> Executable:
+        key = (index, types)
+        with self._lock:
+            if key not in self._cache:
+                device = self.devices[part.device]
+                graph = part.graph
+                if not device.capabilities.dynamic_shapes:
+                    bindings: dict[str, int] = {}
+                    for value, t in zip(graph.inputs, types, strict=True):
+                        for dim, size in zip(value.type.shape, t.shape, strict=True):
+                            if isinstance(dim, str):
+                                bindings.setdefault(dim, size)  # type: ignore[arg-type]
+                    graph = specialize(graph, bindings)
+                self._cache[key] = device.compile(graph, self.options)
+                self.stats.compiles += 1
+            return self._cache[key]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Outputs:
+        """Run on arrays given by position or by input name; results by name and position."""
+        arrays, _ = bind_inputs(self.source, args, kwargs)
+        host: dict[str, np.ndarray] = dict(arrays)
+        located: dict[str, tuple[str, Buffer]] = {}
+        for index, part in enumerate(self.placement.partitions):
+            device = self.devices[part.device]
+            buffers = [self._fetch(name, part.device, device, host, located)
+                       for name in (v.name for v in part.graph.inputs)]
+            executable = self._executable(index, part, tuple(b.type for b in buffers))
+            for value, buffer in zip(part.graph.outputs, executable.run(buffers), strict=True):
+                located[value.name] = (part.device, buffer)
+        results = Outputs()
+        for value in self.source.outputs:
+            if value.name in located:
+                address, buffer = located[value.name]
+                results[value.name] = self.devices[address].download(buffer)
+            elif value.name in host:
+                results[value.name] = np.array(host[value.name], copy=True)
+            else:
+                results[value.name] = np.array(self.source.constants[value.name], copy=True)
+        self.stats.runs += 1
+        return results
+
+    def _fetch(self, name: str, address: str, device: Device, host: dict[str, np.ndarray],
+               located: dict[str, tuple[str, Buffer]]) -> Buffer:
+        if name in located:
+            source, buffer = located[name]
+            if source == address:
+                return buffer
+            host[name] = self.devices[source].download(buffer)
+            self.stats.transfers += 1
+        buffer = device.upload(host[name])
+        located[name] = (address, buffer)
+        return buffer
+
+
+def _nothing(caps: Capabilities) -> Capabilities:
+    """A device that lacks the requested precision covers nothing."""
+    return Capabilities(ops={}, dynamic_shapes=caps.dynamic_shapes)
+
+
+def compile(graph: Graph, device: str | Device = "reference",
+            fallback: str | Device | Sequence[str | Device] | None = None,
+            precision: str = "fp32", isolate: bool = False,
+            options: dict[str, Any] | None = None) -> CompiledGraph:
+    """Place ``graph`` on ``device``, falling back to ``fallback`` node by node.
+
+    >>> import numpy as np, polyhal
+    >>> from polyhal import ops
+    >>> from polyhal.ir import GraphBuilder, f32
+    >>> g = GraphBuilder()
+    >>> x = g.input("x", f32["n"])
+    >>> g.output(ops.tanh(ops.relu(x)), name="y")
+    >>> run = polyhal.compile(g.build(), device="template", fallback="reference")
+    >>> run.placement.fallback_count
+    1
+    >>> run(np.array([-1.0, 1.0], np.float32))["y"].round(3)
+    array([0.   , 0.762], dtype=float32)
+
+    ``fallback=None`` raises :class:`UnsupportedError` listing every node the
+    device does not cover.
+    """
+    if precision not in PRECISIONS:
+        raise UnsupportedError(f"compile: precision {precision!r} is not one of "
+                               f"{', '.join(sorted(PRECISIONS))}")
+    fallbacks = [] if fallback is None else (
+        [fallback] if isinstance(fallback, str | Device) else list(fallback))
+    devices = [d if isinstance(d, Device) else shared_device(d, isolate)
+               for d in [device, *fallbacks]]
+    if len({d.address for d in devices}) != len(devices):
+        raise UnsupportedError("compile: a device is listed twice")
+    return CompiledGraph(graph, devices, CompileOptions(precision, dict(options or {})))
