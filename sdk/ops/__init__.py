@@ -22,6 +22,7 @@ from polyhal.ops import (  # noqa: F401  (importing registers the ops)
     linalg,
     movement,
     nn,
+    normalization,
     quant,
     reduce,
     shape,
