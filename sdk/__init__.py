@@ -6,7 +6,9 @@ from polyhal._version import __version__
 from polyhal.errors import (
     AdapterContractError,
     ConformanceError,
+    DeviceCrashError,
     DeviceError,
+    DeviceTimeoutError,
     ExecutionError,
     InputBindingError,
     IRError,
@@ -21,7 +23,8 @@ from polyhal.reference import run
 from polyhal.runtime import compile
 
 __all__ = [
-    "AdapterContractError", "ConformanceError", "DType", "DeviceError", "ExecutionError",
+    "AdapterContractError", "ConformanceError", "DType", "DeviceCrashError", "DeviceError",
+    "DeviceTimeoutError", "ExecutionError",
     "Graph", "GraphBuilder", "IRError", "InputBindingError", "LimitExceededError",
     "PolyhalError", "SerializationError", "TensorType", "UnsupportedError",
     "VerificationError", "__version__", "compile", "load", "ops", "run", "save",

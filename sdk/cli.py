@@ -43,6 +43,141 @@ def _cmd_gen_docs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _builtin(name: str) -> bool:
+    from polyhal.hal import adapters
+
+    return adapters()[name].__module__.startswith("polyhal.adapters.")
+
+
+def _cmd_devices(args: argparse.Namespace) -> int:
+    from polyhal.hal import adapters, plugin_failures, probe_all
+
+    table = Table(title="polyhal devices")
+    for column in ("adapter", "version", "device", "name", "available", "why not"):
+        table.add_column(column)
+    classes = adapters()
+    for name, devices, error in probe_all():
+        version = str(classes[name].version)
+        if devices is None:
+            table.add_row(name, version, "-", "-", "no", error)
+            continue
+        for info in devices:
+            table.add_row(name, version, info.address, info.name,
+                          "yes" if info.available else "no", info.reason)
+        if not devices:
+            table.add_row(name, version, "-", "-", "no", "probe found no device")
+    for failure in plugin_failures():
+        table.add_row(failure.name, "?", "-", failure.source, "no", failure.error)
+    Console(width=args.width).print(table)
+    return 0
+
+
+def _cmd_check_adapter(args: argparse.Namespace) -> int:
+    from polyhal.hal import adapters, check_adapter_class, plugin_failures
+
+    known = adapters()
+    if args.name not in known:
+        failure = next((f for f in plugin_failures() if f.name == args.name), None)
+        if failure is None:
+            raise PolyhalError(f"no adapter named {args.name!r} (available: "
+                               f"{', '.join(known) or 'none'})")
+        print(f"adapter {args.name!r} ({failure.source}) could not be loaded:\n{failure.error}")
+        return 1
+    report = check_adapter_class(known[args.name])
+    table = Table(title=f"HAL contract: {args.name} ({report.source}), API {report.api_version}")
+    for column in ("class", "hook", "required", "implemented", "problem"):
+        table.add_column(column)
+    for row in report.rows:
+        table.add_row(row.role, row.hook, "required" if row.required else "optional",
+                      "yes" if row.implemented else "no (default)" if not row.required else "NO",
+                      row.problem)
+    console = Console(width=args.width)
+    console.print(table)
+    for problem in report.problems:
+        console.print(f"- {problem}", markup=False)
+    console.print("contract OK" if report.ok else "contract BROKEN")
+    return 0 if report.ok else 1
+
+
+def _cmd_conformance(args: argparse.Namespace) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from polyhal.conformance import run_suite
+    from polyhal.conformance.report import write_report
+    from polyhal.hal import adapters, get_adapter
+
+    names = args.adapters or [n for n in adapters() if _builtin(n) and any(
+        d.available for d in get_adapter(n).probe())]
+    console = Console(width=args.width)
+    all_ok = True
+    for name in names:
+        with Progress(TextColumn(f"[bold]{name}[/]"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn("{task.fields[failures]} not passed"), console=console,
+                      disable=args.quiet) as progress:
+            task = progress.add_task(name, total=None, failures=0)
+            bad = 0
+
+            def on_result(result, index, total, task=task):
+                nonlocal bad
+                bad += result.outcome not in ("passed", "xfail")
+                progress.update(task, completed=index + 1, failures=bad)
+
+            report = run_suite(name, levels=args.level, profile=args.profile,
+                               isolate=not args.no_isolate, timeout=args.timeout,
+                               on_result=on_result,
+                               on_cases=lambda n, task=task: progress.update(task, total=n))
+        summary = ", ".join(f"{v} {k}" for k, v in report.summary.items())
+        verdict = "PASS" if report.ok else "FAIL"
+        console.print(f"{name}: {verdict} ({summary}) in {report.duration_s:.1f} s; coverage "
+                      + ", ".join(f"{d} {c['claimed']}/{c['total']}"
+                                  for d, c in report.coverage.items()), markup=False)
+        for case in report.cases:
+            if case.outcome not in ("passed", "xfail"):
+                console.print(f"  {case.outcome:8} {case.id}: {case.message[:200]}",
+                              markup=False)
+        if args.report:
+            folder = Path(args.report) / name if len(names) > 1 else Path(args.report)
+            paths = write_report(report, folder)
+            console.print(f"  report: {', '.join(str(p) for p in paths)}", markup=False)
+        all_ok &= report.ok
+    return 0 if all_ok else 1
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    import polyhal
+    from polyhal.interop.loading import load_model
+
+    graph = load_model(args.model)
+    feeds = {}
+    for item in args.input:
+        name, sep, file = item.partition("=")
+        if not sep or not name or not file:
+            raise PolyhalError(f"--input {item!r}: expected NAME=FILE.npy")
+        try:
+            feeds[name] = np.load(file, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise PolyhalError(f"--input {name}: cannot read {file} as a .npy array "
+                               f"({exc})") from None
+    compiled = polyhal.compile(graph, device=args.device, fallback=args.fallback)
+    outputs = compiled(**feeds)
+    folder = Path(args.output) if args.output else None
+    if folder:
+        folder.mkdir(parents=True, exist_ok=True)
+    for name, array in outputs.items():
+        print(f"{name}: {array.dtype}{list(array.shape)}")
+        if folder:
+            np.save(folder / f"{_safe_name(name)}.npy", array)
+    if args.show_placement:
+        print(compiled.placement)
+    return 0
+
+
+def _safe_name(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name).lstrip(".") or "output"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="polyhal", description=__doc__)
@@ -55,6 +190,40 @@ def build_parser() -> argparse.ArgumentParser:
     docs.add_argument("--out", default="docs/ops.md", help="where to write (default: %(default)s)")
     docs.add_argument("--check", action="store_true", help="only check that the file is current")
     docs.set_defaults(func=_cmd_gen_docs)
+
+    devices = sub.add_parser("devices", help="list adapters, their devices and availability")
+    devices.set_defaults(func=_cmd_devices)
+
+    check = sub.add_parser("check-adapter", help="check an adapter against the HAL contract")
+    check.add_argument("name", help="adapter name")
+    check.set_defaults(func=_cmd_check_adapter)
+
+    conf = sub.add_parser("conformance", help="grade adapters against the reference")
+    conf.add_argument("adapters", nargs="*", metavar="NAME",
+                      help="adapters to grade (default: every available built-in adapter)")
+    conf.add_argument("--level", action="append", metavar="L",
+                      help="only this level (repeatable): L0 L1 L2 L3 L4-snn L4-quantum "
+                           "L4-quant L5 onnx")
+    conf.add_argument("--profile", default="full", choices=["ci", "full"],
+                      help="case-space size (default: %(default)s)")
+    conf.add_argument("--report", metavar="DIR", help="write report.json/.md/.html here")
+    conf.add_argument("--timeout", type=float, help="per-call timeout of the device, seconds")
+    conf.add_argument("--no-isolate", action="store_true",
+                      help="run the device in this process (faster; a crash ends the run)")
+    conf.add_argument("--quiet", action="store_true", help="no progress bar")
+    conf.set_defaults(func=_cmd_conformance)
+
+    run = sub.add_parser("run", help="run a model on a device")
+    run.add_argument("model", help="a polyhal .json model (its .npz beside it)")
+    run.add_argument("--device", default="reference", help="ADAPTER[:INDEX] (default: reference)")
+    run.add_argument("--fallback", help="device for nodes the first one lacks")
+    run.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
+                     help="an input array (repeatable)")
+    run.add_argument("--output", metavar="DIR", help="save outputs as DIR/NAME.npy")
+    run.add_argument("--show-placement", action="store_true", help="print where nodes ran")
+    run.set_defaults(func=_cmd_run)
+    for command in (ops, docs, devices, check, conf, run):
+        command.add_argument("--width", type=int, default=None, help=argparse.SUPPRESS)
     return parser
 
 

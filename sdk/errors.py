@@ -14,6 +14,8 @@ message names what is wrong and where (node, op, input, attribute, file).
     ├── ExecutionError           a kernel failed on concrete data
     ├── UnsupportedError         a device lacks an op / dtype / shape
     ├── DeviceError              a device fault (drives recovery)
+    │   ├── DeviceCrashError     the device's process died
+    │   └── DeviceTimeoutError   a device call ran past its timeout
     ├── AdapterContractError     an adapter breaks the HAL contract
     └── ConformanceError         the conformance suite cannot proceed
 """
@@ -55,6 +57,14 @@ class UnsupportedError(PolyhalError):
 
 class DeviceError(PolyhalError):
     """A device faulted: crashed, hung, or reported an error."""
+
+
+class DeviceCrashError(DeviceError):
+    """The process hosting a device died during a call."""
+
+
+class DeviceTimeoutError(DeviceError):
+    """A device call ran past its timeout (the device was stopped)."""
 
 
 class AdapterContractError(PolyhalError):

@@ -48,7 +48,7 @@ class TemplateExecutable(Executable):
         self.device = device
         self.graph = graph
         # Resolve every kernel now, so that `run` does no lookups.
-        self.steps = [(KERNELS[node.qualified_op], node) for node in graph.nodes]
+        self.steps = [(device.kernels[node.qualified_op], node) for node in graph.nodes]
 
     def run(self, inputs: Sequence[Buffer]) -> list[Buffer]:
         # Values by name: graph inputs, then constants, then each node's outputs.
@@ -64,6 +64,8 @@ class TemplateExecutable(Executable):
 
 class TemplateDevice(Device):
     """One template device. Buffers hold numpy arrays: 'device memory' is host memory."""
+
+    kernels = KERNELS
 
     @property
     def capabilities(self) -> Capabilities:
@@ -82,7 +84,7 @@ class TemplateDevice(Device):
         # Refuse what the device cannot run, naming every offending node: the
         # runtime then places those nodes elsewhere (or reports them).
         missing = [f"{n.name} ({n.qualified_op})" for n in graph.nodes
-                   if n.qualified_op not in KERNELS]
+                   if n.qualified_op not in self.kernels]
         if missing:
             raise UnsupportedError(f"template cannot run: {', '.join(missing)}")
         return TemplateExecutable(self, graph)

@@ -1,0 +1,22 @@
+"""Case generators by level: each maps a device's capabilities to its cases."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from polyhal.conformance.cases import Case
+from polyhal.conformance.levels import l0, l1, l2, l5
+from polyhal.conformance.profiles import Profile
+from polyhal.hal.capabilities import Capabilities
+
+Generator = Callable[[Capabilities, Profile], Iterator[Case]]
+
+GENERATORS: dict[str, Generator] = {
+    "L0": l0.generate,
+    "L1": l1.generate,
+    "L2": l2.generate,
+    "L5": l5.generate,
+}
+"""Levels that have generators; others (L3, L4-*, onnx) arrive with their features."""
+
+__all__ = ["GENERATORS", "Generator"]

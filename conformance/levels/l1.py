@@ -1,0 +1,53 @@
+"""L1: every claimed op x dtype x shape class, from the op recipes."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator
+
+import numpy as np
+
+from polyhal.conformance.cases import Case, op_case
+from polyhal.conformance.profiles import Profile
+from polyhal.conformance.recipes import recipe_for
+from polyhal.hal.capabilities import Capabilities
+from polyhal.ops.registry import OpDef, get_op
+from polyhal.runtime.placement import node_reason
+
+
+def primary_dtypes(op: OpDef, caps: Capabilities) -> list:
+    """The claimed dtypes of ``op``'s first type variable, in a stable order."""
+    claimed = caps.ops.get(op.qualified_name, frozenset())
+    allowed = op.type_vars[op.inputs[0].type_var] if op.inputs else frozenset().union(
+        *op.type_vars.values())
+    return sorted(claimed & allowed, key=lambda d: d.value)
+
+
+def covered(caps: Capabilities, case: Case) -> bool:
+    """True when the device covers every node of the case's graph."""
+    graph = case.graph
+    return graph is not None and all(node_reason(caps, graph, n) is None for n in graph.nodes)
+
+
+def generate(caps: Capabilities, profile: Profile) -> Iterator[Case]:
+    """The L1 cases a device with ``caps`` must pass."""
+    for name in caps.claimed_ops:
+        domain, _, op_name = name.partition(".")
+        op = get_op(op_name, domain)
+        make = recipe_for(op)
+        for dtype in primary_dtypes(op, caps):
+            for shape_class in profile.shape_classes:
+                for variant, seed in enumerate(profile.seeds):
+                    rng = np.random.default_rng([seed, zlib_hash(f"{name}/{dtype.value}/"
+                                                                 f"{shape_class}")])
+                    sample = make(op, dtype, shape_class, rng)
+                    if sample is None:
+                        continue
+                    case = op_case(op, dtype, shape_class, variant, sample)
+                    if covered(caps, case):
+                        yield case
+
+
+def zlib_hash(text: str) -> int:
+    """A stable (process-independent) hash for seeding."""
+    return zlib.crc32(text.encode())

@@ -1,0 +1,38 @@
+"""L2: model graphs (MLP, small CNN, attention block) in every claimed float dtype.
+
+A model is generated when the device covers every node of it, after the
+composites it lacks are decomposed (as the runtime would).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from polyhal.conformance.cases import Case, reference_outputs
+from polyhal.conformance.models import MODELS
+from polyhal.conformance.profiles import Profile
+from polyhal.conformance.tolerances import Tolerance, tolerance_for
+from polyhal.hal.capabilities import Capabilities
+from polyhal.ir.dtypes import FLOAT_TYPES
+from polyhal.runtime.placement import decompose_for, node_reason
+
+
+def generate(caps: Capabilities, profile: Profile) -> Iterator[Case]:
+    """The L2 cases of a device with ``caps``."""
+    dtypes = sorted(frozenset().union(*caps.ops.values()) & FLOAT_TYPES, key=lambda d: d.value)
+    for name, build in MODELS.items():
+        for dtype in dtypes:
+            for variant, seed in enumerate(profile.seeds):
+                graph, inputs = build(dtype, np.random.default_rng(seed))
+                graph = decompose_for(graph, caps)
+                if any(node_reason(caps, graph, n) is not None for n in graph.nodes):
+                    continue
+                expected = reference_outputs(graph, inputs)
+                base = tolerance_for("core.MatMul", [e.dtype for e in expected])
+                # Whole models accumulate error over layers: allow 10x one op's tolerance.
+                tol = Tolerance(base.atol * 10, base.rtol * 10)
+                yield Case(f"L2/{name}/{dtype.value}/batch-{variant}", "L2", name, dtype.value,
+                           "model", graph=graph, inputs=inputs, expected=expected,
+                           tolerance=tol)

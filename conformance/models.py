@@ -1,0 +1,75 @@
+"""The model graphs of level L2: an MLP, a small CNN and an attention block.
+
+Each builder takes a float dtype and a seed and returns a graph with a
+symbolic ``batch`` dimension plus a seeded input batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from polyhal import ops
+from polyhal.ir import DType, Graph, GraphBuilder, TensorType
+
+
+def _weights(g: GraphBuilder, rng: np.random.Generator, shape: tuple[int, ...], dtype: DType,
+             name: str) -> object:
+    fan_in = int(np.prod(shape[:-1])) if len(shape) > 1 else shape[0]
+    scale = 1.0 / np.sqrt(max(fan_in, 1))
+    return g.constant(rng.uniform(-scale, scale, shape).astype(dtype.numpy), name=name)
+
+
+def mlp(dtype: DType, rng: np.random.Generator) -> tuple[Graph, list[np.ndarray]]:
+    """64 -> 32 -> relu -> 10: MatMul, Add, Relu."""
+    g = GraphBuilder("mlp")
+    x = g.input("x", TensorType(dtype, ("batch", 64)))
+    h = ops.relu(x @ _weights(g, rng, (64, 32), dtype, "w1") + _weights(g, rng, (32,), dtype,
+                                                                          "b1"))
+    y = h @ _weights(g, rng, (32, 10), dtype, "w2") + _weights(g, rng, (10,), dtype, "b2")
+    g.output(y, name="logits")
+    return g.build(), [rng.uniform(-1, 1, (4, 64)).astype(dtype.numpy)]
+
+
+def cnn(dtype: DType, rng: np.random.Generator) -> tuple[Graph, list[np.ndarray]]:
+    """Conv -> Relu -> MaxPool -> Conv -> Relu -> GlobalAveragePool -> Flatten -> Gemm."""
+    g = GraphBuilder("cnn")
+    x = g.input("x", TensorType(dtype, ("batch", 3, 8, 8)))
+    h = ops.relu(ops.conv(x, _weights(g, rng, (8, 3, 3, 3), dtype, "k1"),
+                          _weights(g, rng, (8,), dtype, "c1"), pads=[1, 1, 1, 1]))
+    h = ops.max_pool(h, kernel_shape=[2, 2], strides=[2, 2])
+    h = ops.relu(ops.conv(h, _weights(g, rng, (8, 8, 3, 3), dtype, "k2"), pads=[1, 1, 1, 1]))
+    h = ops.flatten(ops.global_average_pool(h), axis=1)
+    y = ops.gemm(h, _weights(g, rng, (8, 10), dtype, "w"), _weights(g, rng, (10,), dtype, "b"))
+    g.output(y, name="logits")
+    return g.build(), [rng.uniform(-1, 1, (2, 3, 8, 8)).astype(dtype.numpy)]
+
+
+def attention(dtype: DType, rng: np.random.Generator) -> tuple[Graph, list[np.ndarray]]:
+    """A pre-norm self-attention block: LayerNorm, QKV, 2 heads, Softmax, residual."""
+    seq, d, heads = 6, 16, 2
+    g = GraphBuilder("attention")
+    x = g.input("x", TensorType(dtype, ("batch", seq, d)))
+    n = ops.layer_normalization(x, g.constant(np.ones(d, dtype.numpy), name="gamma"),
+                                g.constant(np.zeros(d, dtype.numpy), name="beta"), axis=-1)
+
+    def project(name: str) -> object:
+        p = n @ _weights(g, rng, (d, d), dtype, f"w{name}")
+        p = ops.reshape(p, np.array([0, seq, heads, d // heads], np.int64))
+        return ops.transpose(p, perm=[0, 2, 1, 3])
+
+    q, k, v = project("q"), project("k"), project("v")
+    scores = (q @ ops.transpose(k, perm=[0, 1, 3, 2])) * float(1 / np.sqrt(d // heads))
+    context = ops.transpose(ops.softmax(scores, axis=-1) @ v, perm=[0, 2, 1, 3])
+    context = ops.reshape(context, np.array([0, seq, d], np.int64))
+    g.output(x + context @ _weights(g, rng, (d, d), dtype, "wo"), name="y")
+    return g.build(), [rng.uniform(-1, 1, (2, seq, d)).astype(dtype.numpy)]
+
+
+MODELS: dict[str, Callable[[DType, np.random.Generator], tuple[Graph, list[np.ndarray]]]] = {
+    "mlp": mlp,
+    "cnn": cnn,
+    "attention": attention,
+}
+"""The L2 model graphs by name."""

@@ -1,0 +1,85 @@
+"""Writing a conformance report: ``report.json``, ``report.md`` and ``report.html``."""
+
+from __future__ import annotations
+
+import html
+import json
+from collections import Counter
+from pathlib import Path
+
+from polyhal.conformance.runner import OUTCOMES, Report
+
+SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
+COLOURS = {"passed": "#2e7d32", "failed": "#c62828", "crashed": "#6a1b9a",
+           "timeout": "#ef6c00", "xfail": "#607d8b", "xpass": "#ad1457"}
+
+
+def write_report(report: Report, folder: str | Path) -> list[Path]:
+    """Write the three report files into ``folder``; returns their paths."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    doc = report.to_dict()
+    paths = [folder / "report.json", folder / "report.md", folder / "report.html"]
+    paths[0].write_text(json.dumps(doc, indent=1))
+    paths[1].write_text(render_markdown(report))
+    paths[2].write_text(render_html(report))
+    return paths
+
+
+def _summary_line(report: Report) -> str:
+    return ", ".join(f"{report.summary[o]} {o}" for o in OUTCOMES)
+
+
+def render_markdown(report: Report) -> str:
+    """The report as Markdown: summary, coverage, per-level counts and every problem."""
+    lines = [f"# Conformance report: {report.adapter} {report.adapter_version}", "",
+             f"- verdict: **{'PASS' if report.ok else 'FAIL'}** ({_summary_line(report)})",
+             f"- device: {report.device['name']} ({report.device['address']})",
+             f"- polyhal {report.polyhal_version}, suite {report.suite_version}, tolerances "
+             f"v{report.tolerance_version}, profile `{report.profile}`, seeds {report.seeds}",
+             f"- case set: `{report.case_set_hash[:16]}`", f"- started {report.started}, took "
+             f"{report.duration_s:.1f} s", "", "## Coverage", "",
+             "| domain | claimed ops | of |", "| --- | --- | --- |"]
+    lines += [f"| {d} | {c['claimed']} | {c['total']} |" for d, c in report.coverage.items()]
+    lines += ["", "## Levels", "", "| level | " + " | ".join(OUTCOMES) + " |",
+              "| --- |" + " --- |" * len(OUTCOMES)]
+    for level in report.levels:
+        counts = Counter(c.outcome for c in report.cases if c.level == level)
+        if counts:
+            lines.append(f"| {level} | " + " | ".join(str(counts[o]) for o in OUTCOMES) + " |")
+    problems = [c for c in report.cases if c.outcome != "passed"]
+    if problems:
+        lines += ["", "## Cases not passed", "", "| case | outcome | message |",
+                  "| --- | --- | --- |"]
+        lines += [f"| `{c.id}` | {c.outcome} | {c.message.replace('|', '/')[:300]} |"
+                  for c in problems]
+    return "\n".join(lines) + "\n"
+
+
+def render_html(report: Report) -> str:
+    """A self-contained HTML page: summary and the table of every case."""
+    rows = []
+    for c in report.cases:
+        err = "" if c.max_abs_err is None else f"{c.max_abs_err:.3g}"
+        rows.append(
+            f"<tr data-level='{html.escape(c.level)}' data-outcome='{c.outcome}'>"
+            f"<td><code>{html.escape(c.id)}</code></td><td>{html.escape(c.level)}</td>"
+            f"<td style='color:{COLOURS[c.outcome]}'>{c.outcome}</td><td>{err}</td>"
+            f"<td>{html.escape(c.message[:300])}</td></tr>")
+    verdict = "PASS" if report.ok else "FAIL"
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>polyhal conformance: {html.escape(report.adapter)}</title>
+<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:2px 6px;font-size:13px}}</style></head>
+<body><h1>Conformance report: {html.escape(report.adapter)}
+{html.escape(report.adapter_version)}</h1>
+<p><b>{verdict}</b>: {html.escape(_summary_line(report))}. Device
+{html.escape(str(report.device['name']))}; polyhal {report.polyhal_version}; suite
+{report.suite_version}; profile {report.profile}; case set
+<code>{report.case_set_hash[:16]}</code>.</p>
+<table><thead><tr><th>case</th><th>level</th><th>outcome</th><th>max abs err</th>
+<th>message</th></tr></thead><tbody>
+{''.join(rows)}
+</tbody></table></body></html>
+"""

@@ -1,0 +1,101 @@
+"""polyhal.compile: capability-based placement, partitions, transfers and fallback."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import polyhal
+from polyhal import ops
+from polyhal.errors import InputBindingError, UnsupportedError
+from polyhal.ir import Graph, GraphBuilder, f32, f64
+from polyhal.reference import run
+
+
+def mixed_graph(dtype=f32) -> Graph:
+    """relu(x @ w + b) -> tanh -> * 2 -> softmax: template covers some nodes, not all."""
+    rng = np.random.default_rng(0)
+    g = GraphBuilder("mixed")
+    x = g.input("x", dtype["batch", 5])
+    w = g.constant(rng.normal(size=(5, 4)).astype(dtype.numpy), name="w")
+    b = g.constant(rng.normal(size=(4,)).astype(dtype.numpy), name="b")
+    h = ops.relu(x @ w + b)
+    t = ops.tanh(h)
+    y = ops.softmax(t * 2.0, axis=-1)
+    g.output(y, h, names=["y", "h"])
+    return g.build()
+
+
+@pytest.mark.parametrize("dtype", [f32, f64])
+def test_fallback_gives_reference_results_and_counts_fallbacks(dtype):
+    graph = mixed_graph(dtype)
+    compiled = polyhal.compile(graph, device="template", fallback="reference")
+    x = np.random.default_rng(1).normal(size=(3, 5)).astype(dtype.numpy)
+    expected = run(graph, x)
+    actual = compiled(x)
+    for name in ("y", "h"):
+        np.testing.assert_allclose(actual[name], expected[name], rtol=1e-6)
+    np.testing.assert_array_equal(actual[0], actual["y"])
+    placement = compiled.placement
+    on_template = set(placement.nodes_on("template:0"))
+    assert {"matmul_1", "add_2", "relu_3", "mul_5"} <= on_template
+    assert placement.assignment["tanh_4"] == "reference:0"
+    # softmax is composite: the template lacks Exp/ReduceMax, so Softmax falls back whole
+    assert placement.fallback_count == len(placement.assignment) - len(on_template) >= 2
+    assert "core.Tanh is not claimed" in placement.reasons["tanh_4"]
+    assert compiled.stats.transfers >= 2
+    assert [p.device for p in placement.partitions] == ["template:0", "reference:0"] * 2
+    assert "fallbacks" in str(placement)
+
+
+def test_without_fallback_every_uncovered_node_is_listed():
+    with pytest.raises(UnsupportedError) as info:
+        polyhal.compile(mixed_graph(), device="template", fallback=None)
+    message = str(info.value)
+    assert "no device covers 2 node(s)" in message
+    assert "tanh_4 (core.Tanh): template:0: core.Tanh is not claimed" in message
+    assert "core.Softmax" in message
+
+
+def test_composites_are_decomposed_before_falling_back():
+    g = GraphBuilder("gemm")
+    x = g.input("x", f32["n", 4])
+    g.output(ops.gemm(x, np.ones((4, 3), np.float32), np.ones(3, np.float32)), name="y")
+    compiled = polyhal.compile(g.build(), device="template", fallback=None)
+    assert compiled.placement.fallback_count == 0
+    assert [n.op for n in compiled.graph.nodes] == ["MatMul", "Add"]
+    x_value = np.arange(8, dtype=np.float32).reshape(2, 4)
+    np.testing.assert_allclose(compiled(x=x_value)["y"], x_value @ np.ones((4, 3)) + 1)
+
+
+def test_dtype_not_claimed_falls_back():
+    g = GraphBuilder("ints")
+    a = g.input("a", polyhal.DType.INT32[3])
+    g.output(a + a, name="y")
+    compiled = polyhal.compile(g.build(), device="template", fallback="reference")
+    assert compiled.placement.assignment["add_1"] == "reference:0"
+    assert "not claimed for int32" in compiled.placement.reasons["add_1"]
+    np.testing.assert_array_equal(compiled(np.array([1, 2, 3], np.int32))["y"], [2, 4, 6])
+
+
+def test_executables_are_cached_per_shape_binding():
+    compiled = polyhal.compile(mixed_graph(), device="template", fallback="reference")
+    for rows in (1, 2, 1, 2, 3):
+        compiled(np.ones((rows, 5), np.float32))
+    assert compiled.stats.compiles == 3 * len(compiled.placement.partitions)
+    assert compiled.stats.runs == 5
+
+
+def test_inputs_are_checked():
+    compiled = polyhal.compile(mixed_graph(), device="template", fallback="reference")
+    with pytest.raises(InputBindingError, match="dtype float64"):
+        compiled(np.ones((2, 5)))
+    with pytest.raises(UnsupportedError, match="precision 'fp8'"):
+        polyhal.compile(mixed_graph(), device="template", precision="fp8")
+
+
+def test_isolated_devices_place_the_same_way():
+    graph = mixed_graph()
+    compiled = polyhal.compile(graph, device="template", fallback="reference", isolate=True)
+    x = np.ones((2, 5), np.float32)
+    np.testing.assert_allclose(compiled(x)["y"], run(graph, x)["y"], rtol=1e-6)
