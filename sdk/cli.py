@@ -95,6 +95,14 @@ def _cmd_check_adapter(args: argparse.Namespace) -> int:
     console.print(table)
     for problem in report.problems:
         console.print(f"- {problem}", markup=False)
+    if report.ok:
+        from polyhal.hal import open_device
+
+        with open_device(args.name) as device:
+            caps = device.capabilities
+        dtypes = sorted({d.value for ds in caps.ops.values() for d in ds})
+        console.print(f"claims {len(caps.ops)} ops ({', '.join(caps.claimed_ops)}) in "
+                      f"{', '.join(dtypes)}", markup=False)
     console.print("contract OK" if report.ok else "contract BROKEN")
     return 0 if report.ok else 1
 

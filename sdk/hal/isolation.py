@@ -29,9 +29,10 @@ Timeouts. Every request waits at most ``timeout`` seconds (default: the
 ``POLYHAL_DEVICE_TIMEOUT`` environment variable, else 60 s). Starting a
 worker (spawn, imports, ``Adapter.open``) and ``compile`` (including the
 transparent recompile after a restart) wait ``SLOW_CALL_FACTOR`` (5) times
-as long. On a timeout the worker is killed and a :class:`DeviceError` names
+as long. On a timeout the worker is killed and a ``DeviceTimeoutError`` names
 the device, the call and the timeout; when the worker dies (exit, signal,
-broken pipe) the error names the exit code or signal. The next call starts a
+broken pipe) a ``DeviceCrashError`` names the exit code or signal (both are
+``DeviceError`` subclasses). The next call starts a
 fresh worker (a new generation) transparently: buffers of the old generation
 raise ``DeviceError`` ("buffer from before the device restarted"), while an
 :class:`IsolatedExecutable` keeps its graph and options and recompiles.
@@ -76,7 +77,13 @@ from typing import Any
 
 import numpy as np
 
-from polyhal.errors import AdapterContractError, DeviceError, PolyhalError
+from polyhal.errors import (
+    AdapterContractError,
+    DeviceCrashError,
+    DeviceError,
+    DeviceTimeoutError,
+    PolyhalError,
+)
 from polyhal.hal.capabilities import Capabilities
 from polyhal.hal.contract import Buffer, CompileOptions, Device, Executable, Profile
 from polyhal.ir.graph import Graph
@@ -495,7 +502,7 @@ class WorkerServer:
 
     def op_stats(self) -> dict[str, int]:
         return {"buffers": len(self.buffers), "executables": len(self.executables),
-                "pid": os.getpid()}
+                "rss_bytes": _rss_bytes(), "open_fds": _open_fds(), "pid": os.getpid()}
 
     def op_close(self) -> None:
         self.shutdown()
@@ -508,6 +515,30 @@ class WorkerServer:
         device, self.device = self.device, None
         if device is not None:
             device.close()
+
+
+def _rss_bytes() -> int:
+    """The worker's resident memory (-1 where it cannot be told)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # the peak, not current
+        return peak if sys.platform == "darwin" else peak * 1024
+    except Exception:
+        return -1
+
+
+def _open_fds() -> int:
+    """The worker's open file descriptors (-1 where it cannot be told)."""
+    for folder in ("/proc/self/fd", "/dev/fd"):
+        with contextlib.suppress(OSError):
+            return len(os.listdir(folder))
+    return -1
 
 
 def _watch_parent(parent: int) -> None:
@@ -720,12 +751,12 @@ class IsolatedDevice(Device):
             reply = channel.receive(None if timeout == float("inf") else timeout)
         except ChannelTimeout:
             self._drop_worker()
-            raise DeviceError(f"{address} {call} timed out after {timeout:g} s; the worker was "
-                              "killed and restarts on the next call") from None
+            raise DeviceTimeoutError(f"{address} {call} timed out after {timeout:g} s; the "
+                                     "worker was killed and restarts on the next call") from None
         except ChannelClosed as exc:
             self._drop_worker()
-            raise DeviceError(f"{address} {call} failed: {exc.reason}; the worker restarts "
-                              "on the next call") from None
+            raise DeviceCrashError(f"{address} {call} failed: {exc.reason}; the worker "
+                                   "restarts on the next call") from None
         except BaseException:  # e.g. KeyboardInterrupt: the reply would arrive out of step
             self._drop_worker()
             raise
@@ -793,8 +824,8 @@ class IsolatedDevice(Device):
             return IsolatedExecutable(self, graph, options, self._generation, key)
 
     def worker_stats(self) -> dict[str, int]:
-        """Live buffers and executables in the worker (after pending frees), its pid and
-        generation: a debugging and leak-checking aid."""
+        """The worker's live ``buffers`` and ``executables`` (after pending frees),
+        ``rss_bytes``, ``open_fds``, ``pid`` and ``generation``: for leak checks."""
         with self._lock:
             stats = dict(self._request("worker stats", "stats"))
             stats["generation"] = self._generation

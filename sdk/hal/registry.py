@@ -136,13 +136,14 @@ def open_device(address: str, *, isolate: bool = False, timeout: float | None = 
                 **options: Any) -> Device:
     """Open the device at ``ADAPTER[:INDEX]``, checked against the contract.
 
-    With ``isolate=True`` the device lives in a worker process: a crash or a
+    With ``isolate=True`` (forced for adapters that declare ``always_isolate``)
+    the device lives in a worker process: a crash or a
     hang (past ``timeout`` seconds per call) becomes a :class:`DeviceError`,
     and the worker restarts on the next call.
     """
     name, index = parse_address(address)
     adapter = get_adapter(name)
-    if isolate:
+    if isolate or type(adapter).always_isolate:
         from polyhal.hal.isolation import IsolatedDevice
 
         inner: Device = IsolatedDevice(name, index, options, timeout=timeout)

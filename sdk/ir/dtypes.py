@@ -11,9 +11,9 @@ A :class:`DType` names an element type and maps it to a numpy dtype
 from __future__ import annotations
 
 import enum
+import functools
 from typing import TYPE_CHECKING
 
-import ml_dtypes
 import numpy as np
 
 from polyhal.errors import IRError
@@ -39,7 +39,7 @@ class DType(enum.Enum):
     @property
     def numpy(self) -> np.dtype:
         """The numpy dtype that stores this element type."""
-        return _NUMPY[self]
+        return _NUMPY.get(self) or _bfloat16()
 
     @property
     def itemsize(self) -> int:
@@ -79,6 +79,8 @@ class DType(enum.Enum):
         for d, npd in _NUMPY.items():
             if npd == dt:
                 return d
+        if dt.name == "bfloat16" and dt == _bfloat16():
+            return DType.BFLOAT16
         raise IRError(f"{where}: numpy dtype {dt} has no polyhal dtype")
 
     def __getitem__(self, dims: object) -> TensorType:
@@ -97,6 +99,14 @@ class DType(enum.Enum):
         return self.value
 
 
+@functools.cache
+def _bfloat16() -> np.dtype:
+    # ml_dtypes takes most of a second to import: load it only when bfloat16 is used.
+    import ml_dtypes
+
+    return np.dtype(ml_dtypes.bfloat16)
+
+
 _NUMPY: dict[DType, np.dtype] = {
     DType.BOOL: np.dtype(np.bool_),
     DType.INT8: np.dtype(np.int8),
@@ -105,7 +115,6 @@ _NUMPY: dict[DType, np.dtype] = {
     DType.INT32: np.dtype(np.int32),
     DType.INT64: np.dtype(np.int64),
     DType.FLOAT16: np.dtype(np.float16),
-    DType.BFLOAT16: np.dtype(ml_dtypes.bfloat16),
     DType.FLOAT32: np.dtype(np.float32),
     DType.FLOAT64: np.dtype(np.float64),
 }

@@ -15,7 +15,6 @@ import numpy as np
 
 from polyhal.errors import ExecutionError, InputBindingError, PolyhalError
 from polyhal.ir import dims as D
-from polyhal.ir.dtypes import DType
 from polyhal.ir.graph import Graph, Node
 from polyhal.ir.limits import current_limits
 from polyhal.ir.types import TensorType
@@ -122,8 +121,8 @@ def run_node(node: Node, op: OpDef, attrs: dict[str, Any], inputs: list[np.ndarr
         if all(s is not None for s in shape):
             limits.check_shape(shape, f"{where}: output {value.name!r}")  # type: ignore[arg-type]
     low = any(v.type.dtype.is_low_precision for v in node.outputs) or any(
-        a is not None and a.dtype in _LOW_PRECISION for a in inputs)
-    args = [a.astype(np.float32) if a is not None and a.dtype in _LOW_PRECISION else a
+        a is not None and _is_low_precision(a.dtype) for a in inputs)
+    args = [a.astype(np.float32) if a is not None and _is_low_precision(a.dtype) else a
             for a in inputs]
     try:
         result = op.kernel(*args, **attrs)
@@ -152,4 +151,5 @@ def run_node(node: Node, op: OpDef, attrs: dict[str, Any], inputs: list[np.ndarr
     return checked
 
 
-_LOW_PRECISION = (DType.FLOAT16.numpy, DType.BFLOAT16.numpy)
+def _is_low_precision(dtype: np.dtype) -> bool:
+    return dtype == np.float16 or dtype.name == "bfloat16"

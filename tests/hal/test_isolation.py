@@ -13,7 +13,14 @@ import pytest
 
 import polyhal.hal as hal
 from polyhal import ops
-from polyhal.errors import DeviceError, ExecutionError, PolyhalError, UnsupportedError
+from polyhal.errors import (
+    DeviceCrashError,
+    DeviceError,
+    DeviceTimeoutError,
+    ExecutionError,
+    PolyhalError,
+    UnsupportedError,
+)
 from polyhal.hal.isolation import IsolatedDevice, IsolatedExecutable
 from polyhal.ir import GraphBuilder, f32
 from tests.hal.isolation_adapters import (
@@ -122,7 +129,7 @@ def test_crash_becomes_device_error_and_worker_restarts():
         first_pid = worker_pid(device)
 
         start = time.monotonic()
-        with pytest.raises(DeviceError, match=r"exit code 3") as info:
+        with pytest.raises(DeviceCrashError, match=r"exit code 3") as info:
             run_on(device, executable, mlp_inputs(CRASH))
         assert time.monotonic() - start < 5
         assert "test-faulty:0" in str(info.value) and "Executable.run" in str(info.value)
@@ -149,7 +156,7 @@ def test_hang_times_out_and_worker_restarts():
         executable = device.compile(mlp_graph(), OPTIONS)
         inputs = [device.upload(a) for a in mlp_inputs(HANG)]
         start = time.monotonic()
-        with pytest.raises(DeviceError, match=r"timed out after 3 s") as info:
+        with pytest.raises(DeviceTimeoutError, match=r"timed out after 3 s") as info:
             executable.run(inputs)
         elapsed = time.monotonic() - start
         assert timeout <= elapsed < timeout + 2.5
@@ -230,6 +237,8 @@ def test_no_leak_over_many_cycles(template):
     assert stats["buffers"] == base["buffers"]
     assert stats["executables"] == base["executables"]
     assert stats["generation"] == base["generation"]
+    assert stats["open_fds"] <= base["open_fds"] + 2
+    assert stats["rss_bytes"] > 0
 
 
 def test_worker_env_is_set_before_imports():

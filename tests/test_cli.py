@@ -1,0 +1,90 @@
+"""The command line: outputs shown in the docs, ``run``, and errors on bad input."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import polyhal
+from polyhal import ops
+from polyhal.ir import GraphBuilder, f32
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def polyhal_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "polyhal.cli", *args], capture_output=True,
+                          text=True, cwd=cwd, check=False)
+
+
+def _doc_block_after(doc: str, marker: str) -> str:
+    text = (ROOT / "docs" / doc).read_text()
+    start = text.index(marker)
+    block = re.search(r"```text\n(.*?)```", text[start:], re.S)
+    assert block is not None
+    return block.group(1)
+
+
+def _lines(text: str) -> list[str]:
+    return [line.rstrip() for line in text.strip("\n").splitlines()]
+
+
+@pytest.mark.parametrize(("command", "marker"), [
+    (("devices",), "`polyhal devices` lists"),
+    (("check-adapter", "template"), "`polyhal check-adapter NAME` prints"),
+])
+def test_outputs_shown_in_docs_are_current(command, marker):
+    result = polyhal_cli(*command, "--width", "100")
+    assert result.returncode == 0, result.stderr
+    assert _lines(result.stdout) == _lines(_doc_block_after("hal.md", marker))
+
+
+def test_run_a_model_with_inputs_and_outputs(tmp_path):
+    g = GraphBuilder("m")
+    x = g.input("x", f32["n", 2])
+    g.output(ops.tanh(ops.relu(x)), name="y")
+    polyhal.save(g.build(), tmp_path / "m.json")
+    np.save(tmp_path / "x.npy", np.array([[-1, 2]], np.float32))
+    result = polyhal_cli("run", str(tmp_path / "m.json"), "--device", "template", "--fallback",
+                         "reference", "--input", f"x={tmp_path / 'x.npy'}", "--output",
+                         str(tmp_path / "out"), "--show-placement")
+    assert result.returncode == 0, result.stderr
+    assert "y: float32[1, 2]" in result.stdout
+    assert "1 fallbacks" in result.stdout
+    np.testing.assert_allclose(np.load(tmp_path / "out" / "y.npy"), [[0, np.tanh(2)]],
+                               rtol=1e-6)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("run", "missing.json"), "cannot read model file"),
+    (("run", "model.onnx"), "unknown model format '.onnx'"),
+    (("run", "{model}", "--input", "x"), "expected NAME=FILE.npy"),
+    (("run", "{model}", "--input", "x=nope.npy"), "cannot read nope.npy"),
+    (("run", "{model}", "--input", "x={pickle}"), "cannot read"),
+    (("run", "{model}", "--device", "warp-drive"), "no adapter named 'warp-drive'"),
+    (("run", "{model}", "--device", "Bad:Address"), "bad device address"),
+    (("run", "{model}"), "missing input(s) x"),
+    (("check-adapter", "warp-drive"), "no adapter named 'warp-drive'"),
+    (("conformance", "reference", "--level", "L9"), "unknown level(s) L9"),
+])
+def test_bad_input_is_a_clear_error(tmp_path, args, message):
+    g = GraphBuilder("m")
+    g.output(ops.relu(g.input("x", f32[2])))
+    polyhal.save(g.build(), tmp_path / "model.json")
+    np.save(tmp_path / "obj.npy", np.array([object()], dtype=object), allow_pickle=True)
+    args = [a.format(model=tmp_path / "model.json", pickle=tmp_path / "obj.npy") for a in args]
+    result = polyhal_cli(*args, cwd=tmp_path)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_help_everywhere():
+    for command in ("ops", "gen-docs", "devices", "check-adapter", "conformance", "run"):
+        result = polyhal_cli(command, "--help")
+        assert result.returncode == 0 and "usage: polyhal" in result.stdout
