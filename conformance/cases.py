@@ -70,4 +70,5 @@ def op_case(op: OpDef, dtype: DType, shape_class: str, variant: int,
     return Case(id=f"{level}/{op.qualified_name}/{dtype.value}/{shape_class}-{variant}",
                 level=level, op=op.qualified_name, dtype=dtype.value, shape_class=shape_class,
                 graph=graph, inputs=feeds, expected=expected,
-                tolerance=tolerance_for(op.qualified_name, [o.dtype for o in expected]))
+                tolerance=tolerance_for(op.qualified_name,
+                                          [DType.from_numpy(o.dtype) for o in expected]))

@@ -46,8 +46,15 @@ LOOSER_OPS = {"core.MatMul", "core.Gemm", "core.Conv", "core.ReduceSum", "core.R
 approximation: tolerances are scaled by 4."""
 
 
+COMPUTED_IN_FLOAT32 = {"core.LayerNormalization"}
+"""Ops whose specification computes float64 inputs in float32 (LayerNormalization's
+``stash_type`` = 1): their float64 results carry float32 error."""
+
+
 def tolerance_for(op: str | None, dtypes: Sequence[DType]) -> Tolerance:
     """The tolerance of a case whose outputs have ``dtypes``."""
+    if op in COMPUTED_IN_FLOAT32:
+        dtypes = [DType.FLOAT32 if d is DType.FLOAT64 else d for d in dtypes]
     floats = [BY_DTYPE[d] for d in dtypes if d in BY_DTYPE]
     if not floats:
         return Tolerance()
@@ -87,7 +94,8 @@ def compare(actual: np.ndarray, expected: np.ndarray, tol: Tolerance) -> Compari
     nan_mismatch = np.isnan(a) != np.isnan(e)
     inf_mismatch = (np.isinf(e) | np.isinf(a)) & (a != e) & ~np.isnan(e)
     finite = np.isfinite(a) & np.isfinite(e)
-    diff = np.where(finite, np.abs(a - e), 0.0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.where(finite, np.abs(a - e), 0.0)
     rel = np.where(finite & (e != 0), diff / np.where(e == 0, 1, np.abs(e)), 0.0)
     bad = nan_mismatch | inf_mismatch | (diff > tol.atol + tol.rtol * np.abs(np.where(finite, e,
                                                                                       0)))

@@ -57,8 +57,8 @@ class TemplateExecutable(Executable):
         env.update(self.graph.constants)
         for kernel, node in self.steps:
             result = kernel(*(env[name] for name in node.inputs))
-            # Keep the dtype the IR promises (numpy may promote 0-d results).
-            env[node.outputs[0].name] = np.asarray(result, dtype=node.outputs[0].type.dtype.numpy)
+            # numpy returns 0-d results as scalars: keep them arrays.
+            env[node.outputs[0].name] = np.asarray(result)
         return [self.device.upload(env[v.name]) for v in self.graph.outputs]
 
 

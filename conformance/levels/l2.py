@@ -15,7 +15,7 @@ from polyhal.conformance.models import MODELS
 from polyhal.conformance.profiles import Profile
 from polyhal.conformance.tolerances import Tolerance, tolerance_for
 from polyhal.hal.capabilities import Capabilities
-from polyhal.ir.dtypes import FLOAT_TYPES
+from polyhal.ir.dtypes import FLOAT_TYPES, DType
 from polyhal.runtime.placement import decompose_for, node_reason
 
 
@@ -30,7 +30,7 @@ def generate(caps: Capabilities, profile: Profile) -> Iterator[Case]:
                 if any(node_reason(caps, graph, n) is not None for n in graph.nodes):
                     continue
                 expected = reference_outputs(graph, inputs)
-                base = tolerance_for("core.MatMul", [e.dtype for e in expected])
+                base = tolerance_for("core.MatMul", [DType.from_numpy(e.dtype) for e in expected])
                 # Whole models accumulate error over layers: allow 10x one op's tolerance.
                 tol = Tolerance(base.atol * 10, base.rtol * 10)
                 yield Case(f"L2/{name}/{dtype.value}/batch-{variant}", "L2", name, dtype.value,

@@ -17,10 +17,8 @@ import numpy as np
 from polyhal.conformance.recipes.base import OpSample, recipe, values
 from polyhal.conformance.recipes.generic import (
     ALL_DTYPES,
-    FLOATS,
     ValueFn,
     broadcast_shapes_for,
-    cycle_dtype,
     declare,
     grid,
     has_specials,
@@ -31,6 +29,7 @@ from polyhal.conformance.recipes.generic import (
     specials,
     uniform,
     variant,
+    with_nans,
 )
 from polyhal.ir.dtypes import DType
 from polyhal.ops.registry import OpDef
@@ -50,7 +49,7 @@ def _shapes(shape_class: str, count: int, rng: np.random.Generator
 
 
 def elementwise(count: int | Callable[[str], int] = 1,
-                domains: Sequence[ValueFn] | ValueFn = uniform(),
+                domains: Sequence[ValueFn] | ValueFn = values,
                 attrs: AttrFn | None = None,
                 dtype_of: Callable[[int, DType, str], DType] | None = None,
                 special: bool = True) -> Callable[..., Any]:
@@ -87,7 +86,8 @@ def elementwise(count: int | Callable[[str], int] = 1,
 # --------------------------------------------------------------------------- unary
 
 recipe("core.Abs", "core.Neg", "core.Sign", "core.Relu", "core.Exp", "core.Tanh",
-       "core.Sigmoid", "core.Erf", "core.Sin", "core.Cos", "core.IsNaN")(elementwise())
+       "core.Sigmoid", "core.Erf", "core.Sin", "core.Cos")(elementwise())
+recipe("core.IsNaN")(elementwise(domains=with_nans))
 recipe("core.Log", "core.Sqrt")(elementwise(domains=positive(0.1, 4.0)))
 recipe("core.Reciprocal")(elementwise(domains=nonzero(0.25, 4.0)))
 recipe("core.Floor", "core.Ceil")(elementwise(domains=off_half))
@@ -178,17 +178,16 @@ recipe("core.Pow")(elementwise(2, domains=[_pow_base, _pow_exponent],
 
 # --------------------------------------------------------------------------- Where, Clip
 
-_WHERE_DTYPES = (DType.FLOAT32, DType.INT64, DType.FLOAT16, DType.BOOL, DType.INT8,
-                 DType.BFLOAT16, DType.UINT8, DType.FLOAT64, DType.INT32, DType.INT16)
+# X/Y dtype by class: every dtype once, the common ones in the classes of the ci profile
+_WHERE_DTYPES = {"scalar": DType.FLOAT32, "rank1": DType.INT64, "rank2": DType.FLOAT16,
+                 "rank3": DType.INT16, "rank4": BOOL, "rank5": DType.INT32,
+                 "broadcast": DType.BFLOAT16, "empty": DType.UINT8, "symbolic": DType.INT8,
+                 "special": DType.FLOAT64}
 
 
 def _where_dtype(index: int, dtype: DType, shape_class: str) -> DType:
     """The condition is bool; X and Y take a dtype that changes with the class."""
-    if index == 0:
-        return BOOL
-    if shape_class == "special":
-        return cycle_dtype(FLOATS, "special")
-    return cycle_dtype(_WHERE_DTYPES, shape_class)
+    return BOOL if index == 0 else _WHERE_DTYPES[shape_class]
 
 
 _where = elementwise(3, dtype_of=_where_dtype)
@@ -264,7 +263,7 @@ recipe("core.Sum", "core.Mean", "core.Max", "core.Min")(elementwise(_variadic_co
 def cast(op: OpDef, dtype: DType, shape_class: str,
          rng: np.random.Generator) -> OpSample | None:
     """A target dtype that changes with the class and the source dtype. Normal
-    classes stay inside the target's range (floats to unsigned: non-negative);
+    classes stay inside the target's range (non-negative for uint8 targets);
     ``special`` casts NaN, infinities and extremes (saturation, NaN -> 0)."""
     shape = shape_for(shape_class, rng)
     if shape is None:
@@ -275,7 +274,7 @@ def cast(op: OpDef, dtype: DType, shape_class: str,
         if not has_specials(dtype):
             return None
         x = specials(dtype, shape, rng)
-    elif dtype.is_float and to in (DType.UINT8, DType.BOOL):
+    elif to is DType.UINT8:  # in range: no float saturation, no int wrap-around
         x = values(dtype, shape, rng, 0.0, 3.0)
     else:
         x = values(dtype, shape, rng)

@@ -119,15 +119,14 @@ def symbolic(dtype: DType, shape: Sequence[int], count: int = 1) -> TensorType:
     return TensorType(dtype, (*names, *shape[count:]))
 
 
-def declare(sample: OpSample, dtype_of: Callable[[int], DType] | None = None,
-            indices: Sequence[int] = (0,)) -> OpSample:
-    """``sample`` with inputs ``indices`` declared with a symbolic leading dim."""
+def declare(sample: OpSample, indices: Sequence[int] = (0,)) -> OpSample:
+    """``sample`` with inputs ``indices`` (graph inputs of rank >= 1) declared with a
+    symbolic leading dim."""
     for index in indices:
         array = sample.inputs[index]
-        if array is None or array.ndim == 0:
+        if array is None or array.ndim == 0 or index in sample.const_inputs:
             continue
-        dtype = dtype_of(index) if dtype_of else DType.from_numpy(array.dtype)
-        sample.input_types[index] = symbolic(dtype, array.shape)
+        sample.input_types[index] = symbolic(DType.from_numpy(array.dtype), array.shape)
     return sample
 
 
@@ -179,10 +178,23 @@ def off_half(dtype: DType, shape: tuple[int, ...], rng: np.random.Generator) -> 
 
 
 def grid(dtype: DType, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-    """Values on a coarse grid (halves; ints: -3..3), so comparisons see equal pairs."""
-    if dtype is DType.BOOL or dtype.is_int:
-        return values(dtype, shape, rng, -3, 3)
-    return (rng.integers(-4, 5, size=shape) * 0.5).astype(dtype.numpy)
+    """Values from four (ints: -2..1, uint8: 0..3; floats: -1, -0.5, 0.5, 1.5), so
+    comparisons see equal pairs."""
+    if dtype is DType.BOOL:
+        return values(dtype, shape, rng)
+    if dtype is DType.UINT8:
+        return values(dtype, shape, rng, 0, 3)
+    if dtype.is_int:
+        return values(dtype, shape, rng, -2, 1)
+    return rng.choice([-1.0, -0.5, 0.5, 1.5], size=shape).astype(dtype.numpy)
+
+
+def with_nans(dtype: DType, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """Values in [-3, 3] with about a third NaN (floats)."""
+    x = values(dtype, shape, rng)
+    if dtype.is_float:
+        x[rng.random(shape) < 1 / 3] = np.nan
+    return x
 
 
 def distinct(dtype: DType, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:

@@ -73,7 +73,7 @@ def gemm(op: OpDef, dtype: DType, shape_class: str,
         "rank2": (1, 1, (m, n), 1.5, -0.5),
         "broadcast": (0, 0, (m, 1), 1.0, 0.5),
         "empty": (0, 1, (1, n), 2.0, 1.0),
-        "symbolic": (0, 0, (n,), 1.0, 1.0),
+        "symbolic": (0, 0, None, 1.0, 1.0),
         "special": (0, 0, (m, n), 1.0, 0.0),
     }
     if shape_class not in plans or (shape_class == "special" and not has_specials(dtype)):

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from polyhal.conformance.recipes.base import OpSample, recipe, values
+from polyhal.conformance.recipes.base import OpSample, recipe
 from polyhal.conformance.recipes.generic import (
     cycle_dtype,
     declare,

@@ -319,7 +319,8 @@ def split(op: OpDef, dtype: DType, shape_class: str,
     if data is None:
         return None
     if sizes is None:
-        sample = OpSample([data], {"axis": axis, "num_outputs": count}, num_outputs=count)
+        # the builder sets attribute num_outputs from the node's output count
+        sample = OpSample([data], {"axis": axis}, num_outputs=count)
     else:
         sample = OpSample([data, _i64(*sizes)], {"axis": axis}, const_inputs=frozenset({1}),
                           num_outputs=count)

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from polyhal.errors import AdapterContractError, DeviceError, PolyhalError
+from polyhal.errors import AdapterContractError, DeviceError, IRError, PolyhalError
 from polyhal.hal.capabilities import Capabilities
 from polyhal.hal.contract import Buffer, CompileOptions, Device, Executable, Profile
 from polyhal.ir import dims as D
@@ -138,7 +138,11 @@ class CheckedDevice(Device):
         array = guarded(where, self.inner.download, buffer)
         if not isinstance(array, np.ndarray):
             raise AdapterContractError(f"{where} returned {type(array).__name__}, not an array")
-        actual = TensorType.of(array, where)
+        try:
+            actual = TensorType.of(array, where)
+        except IRError:
+            raise AdapterContractError(f"{where} returned an array of dtype {array.dtype}, "
+                                       "which is no polyhal dtype") from None
         if actual != buffer.type:
             raise AdapterContractError(f"{where} returned {actual} for a buffer of type "
                                        f"{buffer.type}")

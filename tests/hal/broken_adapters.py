@@ -18,24 +18,25 @@ from polyhal.ir import Graph
 
 
 def _device(name: str, kernels: dict[str, Any]) -> type[TemplateDevice]:
-    return type(f"{name}Device", (TemplateDevice,), {"kernels": {**KERNELS, **kernels}})
+    return type(f"{name}Device", (TemplateDevice,), {"kernels": {**KERNELS, **kernels},
+                                                     "__module__": __name__})
 
 
-def _adapter(name: str, device: type[TemplateDevice]) -> type[TemplateAdapter]:
-    return type(f"{name}Adapter", (TemplateAdapter,), {
+def _adapter(name: str, class_name: str, device: type[TemplateDevice]) -> type[TemplateAdapter]:
+    return type(class_name, (TemplateAdapter,), {
         "name": name, "device_class": device, "__module__": __name__,
         "open": lambda self, index=0, **options: device()})
 
 
-def _hang_on_float64_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if a.dtype == np.float64 and a.ndim == 2:
+def _hang_on_float64_rank4(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype == np.float64 and a.ndim == 4:
         while True:
             pass
     return np.multiply(a, b)
 
 
-def _crash_on_float64_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if a.dtype == np.float64 and a.ndim == 2:
+def _crash_on_float64_rank4(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype == np.float64 and a.ndim == 4:
         os._exit(7)
     return np.multiply(a, b)
 
@@ -52,14 +53,14 @@ class RefusingDevice(TemplateDevice):
 WrongAddDevice = _device("WrongAdd", {"core.Add": lambda a, b: np.add(a, b) + a.dtype.type(1)})
 WrongDtypeDevice = _device("WrongDtype", {"core.Relu": lambda x: np.maximum(x, 0.0).astype(
     np.float64 if x.dtype == np.float32 else np.float32)})
-CrashingDevice = _device("Crashing", {"core.Mul": _crash_on_float64_matrix})
-HangingDevice = _device("Hanging", {"core.Mul": _hang_on_float64_matrix})
+CrashingDevice = _device("Crashing", {"core.Mul": _crash_on_float64_rank4})
+HangingDevice = _device("Hanging", {"core.Mul": _hang_on_float64_rank4})
 
-WrongAddAdapter = _adapter("wrong-add", WrongAddDevice)
-WrongDtypeAdapter = _adapter("wrong-dtype", WrongDtypeDevice)
-RefusingAdapter = _adapter("refusing-mul", RefusingDevice)
-CrashingAdapter = _adapter("crashing-mul", CrashingDevice)
-HangingAdapter = _adapter("hanging-mul", HangingDevice)
+WrongAddAdapter = _adapter("wrong-add", "WrongAddAdapter", WrongAddDevice)
+WrongDtypeAdapter = _adapter("wrong-dtype", "WrongDtypeAdapter", WrongDtypeDevice)
+RefusingAdapter = _adapter("refusing-mul", "RefusingAdapter", RefusingDevice)
+CrashingAdapter = _adapter("crashing-mul", "CrashingAdapter", CrashingDevice)
+HangingAdapter = _adapter("hanging-mul", "HangingAdapter", HangingDevice)
 
 
 class MissingUploadDevice(TemplateDevice):
