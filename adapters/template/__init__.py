@@ -56,7 +56,8 @@ class TemplateExecutable(Executable):
                                                                 strict=True)}
         env.update(self.graph.constants)
         for kernel, node in self.steps:
-            result = kernel(*(env[name] for name in node.inputs))
+            with np.errstate(all="ignore"):  # inf and NaN results are IEEE-correct, not errors
+                result = kernel(*(env[name] for name in node.inputs))
             # numpy returns 0-d results as scalars: keep them arrays.
             env[node.outputs[0].name] = np.asarray(result)
         return [self.device.upload(env[v.name]) for v in self.graph.outputs]
