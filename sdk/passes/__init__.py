@@ -1,7 +1,18 @@
 """Graph-to-graph passes. Each returns a new graph; none mutates its input."""
 
+from polyhal.passes.cleanup import (
+    eliminate_common_subexpressions,
+    eliminate_dead_code,
+    fold_constants,
+    simplify,
+)
 from polyhal.passes.decompose import decompose, decompose_node
+from polyhal.passes.fusion import FUSION_RULES
 from polyhal.passes.rebuild import rebuild, replay
+from polyhal.passes.rewrite import Computed, Match, P, R, Rule, V, apply_rules, find_match
 from polyhal.passes.specialize import specialize
 
-__all__ = ["decompose", "decompose_node", "rebuild", "replay", "specialize"]
+__all__ = ["FUSION_RULES", "Computed", "Match", "P", "R", "Rule", "V", "apply_rules",
+           "decompose", "decompose_node", "eliminate_common_subexpressions",
+           "eliminate_dead_code", "find_match", "fold_constants", "rebuild", "replay",
+           "simplify", "specialize"]

@@ -31,7 +31,7 @@ def rebuild(graph: Graph, rewrite: NodeRewrite) -> Graph:
     for name, array in graph.constants.items():
         env[name] = g.constant(array, name=name)
     for node in graph.nodes:
-        args = [env[i] if i else None for i in node.inputs]
+        args = [env.get(i) if i else None for i in node.inputs]  # None: swallowed by a rewrite
         outs = rewrite(g, node, args)
         if outs is None:
             outs = replay(g, node, args)

@@ -1,0 +1,118 @@
+"""Clean-up passes: constant folding, dead-code elimination, common-subexpression
+elimination. Each returns a new graph and leaves its input untouched."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from polyhal.ir.graph import Graph, Node
+from polyhal.ir.limits import current_limits
+from polyhal.ir.verify import resolve_attrs
+from polyhal.ops.registry import get_op
+from polyhal.reference.executor import run_node
+
+FOLD_MAX_ELEMENTS = 1 << 20
+"""Constant folding leaves results larger than this in the graph (they would
+bloat it more than they save)."""
+
+
+def eliminate_dead_code(graph: Graph) -> Graph:
+    """Drop nodes whose outputs nothing uses, and constants nothing reads."""
+    live = {v.name for v in graph.outputs}
+    kept: list[Node] = []
+    for node in reversed(graph.nodes):
+        if any(o.name in live for o in node.outputs):
+            kept.append(node)
+            live.update(i for i in node.inputs if i)
+    constants = {k: v for k, v in graph.constants.items() if k in live}
+    return Graph(graph.name, graph.inputs, graph.outputs, tuple(reversed(kept)), constants,
+                 graph.doc)
+
+
+def fold_constants(graph: Graph, max_elements: int = FOLD_MAX_ELEMENTS) -> Graph:
+    """Evaluate, with the reference kernels, every node whose inputs are all constant.
+
+    Results become graph constants under the node's output names. Nodes whose
+    results would exceed ``max_elements`` elements, and nodes whose kernels
+    fail, stay in the graph.
+    """
+    known: dict[str, np.ndarray] = dict(graph.constants)
+    nodes: list[Node] = []
+    limit = min(max_elements, current_limits().max_elements)
+    for node in graph.nodes:
+        if all((not i) or i in known for i in node.inputs) and _foldable(node, limit):
+            op = get_op(node.op, node.domain)
+            attrs = resolve_attrs(op, node.attrs, f"node {node.name!r}")
+            try:
+                outputs = run_node(node, op, attrs, [known[i] if i else None
+                                                     for i in node.inputs], {})
+            except Exception:  # leave it to run time, where the error will name the node
+                nodes.append(node)
+                continue
+            for value, array in zip(node.outputs, outputs, strict=True):
+                known[value.name] = array
+            continue
+        nodes.append(node)
+    graph_outputs = {v.name for v in graph.outputs}
+    used = {i for n in nodes for i in n.inputs if i} | graph_outputs
+    constants = {k: v for k, v in known.items() if k in used}
+    return Graph(graph.name, graph.inputs, graph.outputs, tuple(nodes), constants, graph.doc)
+
+
+def _foldable(node: Node, limit: int) -> bool:
+    for value in node.outputs:
+        count = value.type.num_elements
+        if count is None or count > limit:
+            return False
+    return True
+
+
+def _key(node: Node, rename: dict[str, str]) -> tuple[Any, ...]:
+    attrs = tuple(sorted((k, _hashable(v)) for k, v in node.attrs.items()))
+    inputs = tuple(rename.get(i, i) for i in node.inputs)
+    return (node.domain, node.op, inputs, attrs, len(node.outputs))
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return ("array", str(value.dtype), value.shape, value.tobytes())
+    return value
+
+
+def eliminate_common_subexpressions(graph: Graph) -> Graph:
+    """Merge nodes that apply the same op, with the same attributes, to the same inputs.
+
+    Identical constants are merged too. Graph outputs keep their names.
+    """
+    rename: dict[str, str] = {}
+    by_content: dict[tuple[Any, ...], str] = {}
+    constants: dict[str, np.ndarray] = {}
+    for name, array in graph.constants.items():
+        key = ("const", str(array.dtype), array.shape, array.tobytes())
+        if key in by_content:
+            rename[name] = by_content[key]
+        else:
+            by_content[key] = name
+            constants[name] = array
+    seen: dict[tuple[Any, ...], Node] = {}
+    nodes: list[Node] = []
+    protected = {v.name for v in graph.outputs}
+    for node in graph.nodes:
+        key = _key(node, rename)
+        first = seen.get(key)
+        if first is not None and not protected & set(node.output_names):
+            for mine, theirs in zip(node.outputs, first.outputs, strict=True):
+                rename[mine.name] = theirs.name
+            continue
+        if first is None:
+            seen[key] = node
+        nodes.append(Node(node.op, node.name, tuple(rename.get(i, i) for i in node.inputs),
+                          node.outputs, node.attrs, node.domain))
+    return Graph(graph.name, graph.inputs, graph.outputs, tuple(nodes), constants, graph.doc)
+
+
+def simplify(graph: Graph) -> Graph:
+    """Constant folding, then CSE, then dead-code elimination."""
+    return eliminate_dead_code(eliminate_common_subexpressions(fold_constants(graph)))
