@@ -1,0 +1,155 @@
+"""The CPU adapter: polyhal's fast backend, and the runtime's fallback device.
+
+``compile`` keeps the graph; the first run with each concrete input shape
+specializes it, optimizes it (constant folding, CSE, dead-code elimination,
+the shared fusion rules: MatMul+Add -> Gemm, Conv+BatchNorm folding) and
+lowers it to a :class:`~polyhal.adapters.cpu.plan.Plan`: elementwise chains
+fused into numba ufuncs cached on disk, BLAS-backed MatMul/Gemm/Conv, numpy
+for other ops, and a statically planned buffer arena. Plans are cached per
+shape binding.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+from collections.abc import Sequence
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from polyhal.adapters.cpu.plan import Plan, PlanBuilder
+from polyhal.errors import UnsupportedError
+from polyhal.hal import (
+    Adapter,
+    Buffer,
+    Capabilities,
+    CompileOptions,
+    Device,
+    DeviceInfo,
+    Executable,
+    Profile,
+)
+from polyhal.ir import Graph, TensorType
+from polyhal.ops import all_ops
+from polyhal.passes import FUSION_RULES, apply_rules, simplify, specialize
+
+
+@cache
+def cpu_capabilities() -> Capabilities:
+    """Every core op in every dtype it admits."""
+    ops = {op.qualified_name: frozenset().union(*op.type_vars.values())
+           for op in all_ops("core")}
+    return Capabilities(ops=ops, dynamic_shapes=True, max_rank=32,
+                        tags=frozenset({"training", "fused", "blas"}))
+
+
+def optimize(graph: Graph) -> Graph:
+    """The CPU pipeline's graph passes."""
+    return apply_rules(simplify(graph), FUSION_RULES)
+
+
+class CpuExecutable(Executable):
+    """A graph whose plans are built per concrete input shapes, on first use."""
+
+    def __init__(self, device: CpuDevice, graph: Graph) -> None:
+        self.device = device
+        self.graph = graph
+        self._plans: dict[tuple[tuple[int, ...], ...], Plan] = {}
+        self._lock = threading.Lock()
+        self._last_plan: Plan | None = None
+
+    def plan_for(self, shapes: tuple[tuple[int, ...], ...]) -> Plan:
+        """The plan of one shape binding (built and cached on first use)."""
+        plan = self._plans.get(shapes)
+        if plan is None:
+            with self._lock:
+                plan = self._plans.get(shapes)
+                if plan is None:
+                    bindings: dict[str, int] = {}
+                    for value, shape in zip(self.graph.inputs, shapes, strict=True):
+                        for dim, size in zip(value.type.shape, shape, strict=True):
+                            if isinstance(dim, str):
+                                bindings.setdefault(dim, size)
+                    concrete = optimize(specialize(self.graph, bindings))
+                    plan = PlanBuilder(concrete).build()
+                    self._plans[shapes] = plan
+        return plan
+
+    def run(self, inputs: Sequence[Buffer]) -> list[Buffer]:
+        arrays = [b.handle for b in inputs]
+        plan = self.plan_for(tuple(a.shape for a in arrays))
+        self._last_plan = plan
+        return [Buffer(self.device, TensorType.of(a), a) for a in plan.execute(arrays)]
+
+    def profile(self) -> Profile | None:
+        plan = self._last_plan
+        if plan is None:
+            return None
+        return Profile(counters={"steps": float(len(plan.functions)),
+                                 "arena_bytes": float(plan.arena_bytes),
+                                 "plans": float(len(self._plans))})
+
+
+class CpuDevice(Device):
+    """The host CPU: numpy, BLAS and numba-generated loops."""
+
+    def __init__(self, threads: int | None = None) -> None:
+        self.threads = threads
+        if threads is not None:
+            set_threads(threads)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return cpu_capabilities()
+
+    def upload(self, array: np.ndarray) -> Buffer:
+        return Buffer(self, TensorType.of(array), np.array(array, copy=True, order="C"))
+
+    def download(self, buffer: Buffer) -> np.ndarray:
+        return np.array(buffer.handle, copy=True)
+
+    def compile(self, graph: Graph, options: CompileOptions) -> Executable:
+        if options.precision != "fp32":
+            raise UnsupportedError(f"cpu computes in each op's own dtype; precision "
+                                   f"{options.precision!r} is not offered")
+        return CpuExecutable(self, graph)
+
+
+def set_threads(threads: int) -> None:
+    """Use ``threads`` threads in BLAS and numba."""
+    if threads < 1:
+        raise UnsupportedError(f"cpu: threads must be >= 1, got {threads}")
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(threads)
+    import numba
+
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+
+
+class CpuAdapter(Adapter):
+    """``cpu``: the host processor."""
+
+    name = "cpu"
+    version = "0.1.0"
+    api_version = (1, 1)
+    device_class = CpuDevice
+    executable_class = CpuExecutable
+
+    def probe(self) -> list[DeviceInfo]:
+        missing = [m for m in ("numba", "threadpoolctl") if importlib.util.find_spec(m) is None]
+        reason = f"needs {', '.join(missing)}: pip install 'polyhal[cpu]'" if missing else ""
+        return [DeviceInfo(self.name, 0, f"host CPU ({os.cpu_count()} cores)", not missing,
+                           reason, details={"cores": os.cpu_count() or 1})]
+
+    def open(self, index: int = 0, **options: Any) -> Device:
+        if index != 0:
+            raise UnsupportedError(f"cpu has one device (index 0), not {index}")
+        unknown = set(options) - {"threads"}
+        if unknown:
+            raise UnsupportedError(f"cpu: unknown option(s) {', '.join(sorted(unknown))} "
+                                   "(known: threads)")
+        return CpuDevice(threads=options.get("threads"))
