@@ -148,7 +148,7 @@ def open_device(address: str, *, isolate: bool = False, timeout: float | None = 
 
         inner: Device = IsolatedDevice(name, index, options, timeout=timeout)
     else:
-        inner = guarded(f"{name}:{index} Adapter.open", adapter.open, index, **options)
+        inner = guarded(f"{name}:{index} Adapter.open", lambda: adapter.open(index, **options))
         if not isinstance(inner, Device):
             raise AdapterContractError(f"{name}:{index} Adapter.open returned "
                                        f"{type(inner).__name__}, not a Device")
