@@ -1,0 +1,186 @@
+"""The CPU adapter: conformance, fusion, memory planning, caching, threads."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import polyhal
+from polyhal import ops
+from polyhal.adapters.cpu import CpuExecutable, optimize
+from polyhal.adapters.cpu.fusion import cache_dir, find_groups
+from polyhal.adapters.cpu.plan import PlanBuilder
+from polyhal.conformance import run_suite
+from polyhal.hal import CompileOptions, open_device
+from polyhal.ir import Graph, GraphBuilder, f16, f32, f64
+from polyhal.passes import specialize
+from polyhal.reference import run
+
+
+def test_cpu_passes_conformance_with_an_empty_manifest():
+    report = run_suite("cpu", levels=["L0", "L1", "L2", "L5"], profile="ci")
+    assert report.ok, [(c.id, c.outcome, c.message) for c in report.cases
+                       if c.outcome != "passed"][:10]
+    assert report.summary["xfail"] == 0
+    assert report.coverage["core"]["claimed"] == report.coverage["core"]["total"]
+
+
+def _chain(dtype=f32) -> Graph:
+    g = GraphBuilder("chain")
+    x = g.input("x", dtype["n", 8])
+    h = x @ np.full((8, 8), 0.1, dtype.numpy) + np.ones(8, dtype.numpy)
+    y = ops.sigmoid(ops.tanh(ops.relu(h)) * 2.0 + 1.0)
+    g.output(ops.softmax(y, axis=-1), name="y")
+    return g.build()
+
+
+def test_elementwise_chain_becomes_one_fused_step():
+    graph = optimize(specialize(_chain(), {"n": 4}))
+    groups = find_groups(graph)
+    assert [[n.op for n in g.nodes] for g in groups] == [["Relu", "Tanh", "Mul", "Add",
+                                                          "Sigmoid"]]
+    plan = PlanBuilder(graph).build()
+    assert plan.step_names[0].startswith("gemm")
+    assert plan.step_names[1] == "fused[Relu,Tanh,Mul,Add,Sigmoid]"
+    assert len(plan.functions) == 3
+
+
+def test_fused_kernels_are_cached_on_disk(tmp_path):
+    root = Path(__file__).resolve().parents[2]
+    code = ("import numpy as np, polyhal, sys\n"
+            f"sys.path.insert(0, {str(root)!r})\n"
+            "from tests.adapters.test_cpu import _chain\n"
+            "c = polyhal.compile(_chain(), device='cpu')\n"
+            "print(c(np.ones((2, 8), np.float32))['y'].sum())\n")
+    env = {**os.environ, "POLYHAL_CACHE_DIR": str(tmp_path)}
+    first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, check=True)
+    files = sorted(p.name for p in (tmp_path / "cpu-kernels").iterdir())
+    assert any(f.startswith("fused_") and f.endswith(".py") for f in files)
+    cached = list((tmp_path / "cpu-kernels" / "__pycache__").glob("*.nbi"))
+    assert cached, "numba wrote no cache index"
+    second = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                            text=True, check=True)
+    assert first.stdout == second.stdout
+    assert cache_dir().name == "cpu-kernels"
+
+
+def test_arena_buffers_are_reused_and_outputs_are_fresh():
+    g = GraphBuilder("deep")
+    x = g.input("x", f64[64, 64])
+    w = np.eye(64) * 0.5
+    h = x
+    for _ in range(6):
+        h = ops.relu(h @ w)
+    g.output(h, name="y")
+    graph = g.build()
+    plan = PlanBuilder(optimize(graph)).build()
+    assert len(plan.buffers) <= 3  # six matmuls and six relus share a few buffers
+    xv = np.random.default_rng(0).normal(size=(64, 64))
+    first = plan.execute([xv])[0]
+    kept = first.copy()
+    plan.execute([xv * 2])
+    np.testing.assert_array_equal(first, kept)  # the caller's result was not overwritten
+    np.testing.assert_allclose(first, run(graph, xv)["y"])
+
+
+def test_inputs_and_views_of_inputs_are_never_written():
+    g = GraphBuilder("views")
+    x = g.input("x", f32[2, 6])
+    r = ops.reshape(x, np.array([3, 4], np.int64))
+    g.output(ops.relu(r) + 1.0, r, names=["y", "r"])
+    graph = g.build()
+    xv = -np.ones((2, 6), np.float32)
+    before = xv.copy()
+    device = open_device("cpu")
+    executable = device.compile(graph, CompileOptions())
+    outs = [device.download(b) for b in executable.run([device.upload(xv)])]
+    np.testing.assert_array_equal(xv, before)
+    np.testing.assert_array_equal(outs[1], before.reshape(3, 4))
+    np.testing.assert_array_equal(outs[0], np.ones((3, 4)))
+
+
+def test_plans_are_cached_per_shape_and_threads_are_safe():
+    graph = _chain()
+    device = open_device("cpu")
+    executable = device.compile(graph, CompileOptions())
+    inner = executable.inner
+    assert isinstance(inner, CpuExecutable)
+    errors = []
+
+    def worker(rows: int) -> None:
+        try:
+            for _ in range(20):
+                x = np.random.default_rng(rows).normal(size=(rows, 8)).astype(np.float32)
+                out = device.download(executable.run([device.upload(x)])[0])
+                np.testing.assert_allclose(out, run(graph, x)["y"], rtol=1e-5, atol=1e-6)
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(rows,)) for rows in (1, 2, 3, 1, 2, 3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(inner._plans) == 3
+
+
+def test_low_precision_and_options():
+    graph = _chain(f16)
+    x = np.random.default_rng(0).normal(size=(2, 8)).astype(np.float16)
+    out = polyhal.compile(graph, device="cpu")(x)["y"]
+    assert out.dtype == np.float16
+    np.testing.assert_allclose(out.astype(np.float32), run(graph, x)["y"].astype(np.float32),
+                               atol=2e-3)
+    with pytest.raises(polyhal.UnsupportedError, match="unknown option"):
+        open_device("cpu", fast=True)
+    with pytest.raises(polyhal.UnsupportedError, match="threads must be >= 1"):
+        open_device("cpu", threads=0)
+
+
+UNARY = ["Relu", "Neg", "Abs", "Exp", "Tanh", "Sigmoid", "Softplus", "Gelu", "Erf", "Sin",
+         "Floor", "LeakyRelu", "Elu", "Log", "Sqrt", "Reciprocal"]
+BINARY = ["Add", "Sub", "Mul", "Div", "Max", "Min", "Pow"]
+
+
+@st.composite
+def elementwise_graphs(draw):
+    dtype = draw(st.sampled_from([f32, f64]))
+    g = GraphBuilder("ew")
+    x = g.input("x", dtype["n", 5])
+    y = g.input("y", dtype[5])
+    values = [x, y]
+    for _ in range(draw(st.integers(2, 12))):
+        a = draw(st.sampled_from(values))
+        if draw(st.booleans()):
+            out = g.op(draw(st.sampled_from(UNARY)), a)
+        else:
+            b = draw(st.sampled_from([*values, 0.5, -2.0]))
+            out = g.op(draw(st.sampled_from(BINARY)), a, b)
+        values.append(out)
+    g.output(values[-1], name="z")
+    return g.build(), dtype
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=elementwise_graphs(), special=st.booleans())
+def test_fusion_preserves_results_on_random_graphs(case, special):
+    graph, dtype = case
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-3, 3, size=(4, 5)).astype(dtype.numpy)
+    y = rng.uniform(-3, 3, size=5).astype(dtype.numpy)
+    if special:
+        x[0, :4] = [np.nan, np.inf, -np.inf, -0.0]
+    expected = run(graph, x, y)["z"]
+    actual = polyhal.compile(graph, device="cpu")(x, y)["z"]
+    tol = 1e-5 if dtype is f32 else 1e-9
+    np.testing.assert_allclose(actual, expected, rtol=tol * 10, atol=tol * 10, equal_nan=True)
