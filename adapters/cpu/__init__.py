@@ -18,8 +18,6 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
-import numpy as np
-
 from polyhal.adapters.cpu.plan import Plan, PlanBuilder
 from polyhal.errors import UnsupportedError
 from polyhal.hal import (
@@ -32,6 +30,7 @@ from polyhal.hal import (
     Executable,
     Profile,
 )
+from polyhal.hal.host import HostMemoryDevice, check_single_device
 from polyhal.ir import Graph, TensorType
 from polyhal.ops import all_ops
 from polyhal.passes import FUSION_RULES, apply_rules, simplify, specialize
@@ -93,7 +92,7 @@ class CpuExecutable(Executable):
                                  "plans": float(len(self._plans))})
 
 
-class CpuDevice(Device):
+class CpuDevice(HostMemoryDevice):
     """The host CPU: numpy, BLAS and numba-generated loops."""
 
     def __init__(self, threads: int | None = None) -> None:
@@ -105,11 +104,6 @@ class CpuDevice(Device):
     def capabilities(self) -> Capabilities:
         return cpu_capabilities()
 
-    def upload(self, array: np.ndarray) -> Buffer:
-        return Buffer(self, TensorType.of(array), np.array(array, copy=True, order="C"))
-
-    def download(self, buffer: Buffer) -> np.ndarray:
-        return np.array(buffer.handle, copy=True)
 
     def compile(self, graph: Graph, options: CompileOptions) -> Executable:
         if options.precision != "fp32":
@@ -146,8 +140,7 @@ class CpuAdapter(Adapter):
                            reason, details={"cores": os.cpu_count() or 1})]
 
     def open(self, index: int = 0, **options: Any) -> Device:
-        if index != 0:
-            raise UnsupportedError(f"cpu has one device (index 0), not {index}")
+        check_single_device(self.name, index)
         unknown = set(options) - {"threads"}
         if unknown:
             raise UnsupportedError(f"cpu: unknown option(s) {', '.join(sorted(unknown))} "

@@ -10,8 +10,6 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
-import numpy as np
-
 from polyhal.errors import UnsupportedError
 from polyhal.hal import (
     Adapter,
@@ -22,6 +20,7 @@ from polyhal.hal import (
     DeviceInfo,
     Executable,
 )
+from polyhal.hal.host import HostMemoryDevice, check_single_device
 from polyhal.ir import Graph, TensorType
 from polyhal.ops import all_ops
 from polyhal.reference import ReferenceExecutor
@@ -48,18 +47,13 @@ class ReferenceExecutable(Executable):
         return [Buffer(self.device, TensorType.of(a), a) for a in outputs.values()]
 
 
-class ReferenceDevice(Device):
+class ReferenceDevice(HostMemoryDevice):
     """Host memory and the reference kernels."""
 
     @property
     def capabilities(self) -> Capabilities:
         return reference_capabilities()
 
-    def upload(self, array: np.ndarray) -> Buffer:
-        return Buffer(self, TensorType.of(array), np.array(array, copy=True))
-
-    def download(self, buffer: Buffer) -> np.ndarray:
-        return np.array(buffer.handle, copy=True)
 
     def compile(self, graph: Graph, options: CompileOptions) -> Executable:
         if options.precision != "fp32":
@@ -81,6 +75,5 @@ class ReferenceAdapter(Adapter):
         return [DeviceInfo(self.name, 0, "reference executor (numpy)")]
 
     def open(self, index: int = 0, **options: Any) -> Device:
-        if index != 0:
-            raise UnsupportedError(f"reference has one device (index 0), not {index}")
+        check_single_device(self.name, index)
         return ReferenceDevice()
