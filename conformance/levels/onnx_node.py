@@ -1,0 +1,117 @@
+"""The ``onnx`` level: ONNX's own node test cases, from the installed onnx package.
+
+A case is *eligible* when every node is in the default ONNX domain with an op
+polyhal's core set has, and every tensor the model declares has a polyhal
+dtype. A device gets the eligible cases whose ops it claims, each compared
+with the outputs ONNX ships, at the tolerance ONNX's case gives. Cases whose
+model polyhal cannot import (an attribute value it does not support, say) are
+graded as failures naming the reason; cases the specification cannot settle
+are listed, with reasons, in ``unsettled.toml``.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from polyhal.conformance.cases import Case
+from polyhal.conformance.profiles import Profile
+from polyhal.conformance.tolerances import Tolerance
+from polyhal.errors import PolyhalError
+from polyhal.hal.capabilities import Capabilities
+from polyhal.ops.registry import lookup
+from polyhal.runtime.placement import node_reason
+
+
+@dataclass(frozen=True)
+class NodeCase:
+    """One ONNX node test case, reduced to what grading needs."""
+
+    name: str
+    model: Any
+    inputs: tuple[np.ndarray, ...]
+    outputs: tuple[np.ndarray, ...]
+    rtol: float
+    atol: float
+    ops: tuple[str, ...]
+
+
+def _array(value: Any) -> np.ndarray:
+    """A data-set entry as an array (ONNX ships some as TensorProtos, e.g. 16-bit floats)."""
+    from onnx import TensorProto, numpy_helper
+
+    if isinstance(value, TensorProto):
+        return numpy_helper.to_array(value)
+    return np.asarray(value)
+
+
+def _tensor_types(model: Any) -> list[int]:
+    graph = model.graph
+    codes = [v.type.tensor_type.elem_type for v in (*graph.input, *graph.output)]
+    codes += [t.data_type for t in graph.initializer]
+    return codes
+
+
+def _eligible(model: Any) -> bool:
+    from polyhal.interop.onnx.dtypes import FROM_ONNX
+
+    graph = model.graph
+    if any(n.domain not in ("", "ai.onnx") or lookup(n.op_type) is None for n in graph.node):
+        return False
+    if any(not v.type.HasField("tensor_type") for v in (*graph.input, *graph.output)):
+        return False
+    return all(code in FROM_ONNX for code in _tensor_types(model))
+
+
+@functools.cache
+def node_cases() -> tuple[NodeCase, ...]:
+    """Every eligible node test case of the installed onnx (one per data set)."""
+    from onnx.backend.test.case.node import collect_testcases
+
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        collected = collect_testcases(None)
+    cases = []
+    for case in sorted(collected, key=lambda c: c.name):
+        if case.kind != "node" or case.model is None or not _eligible(case.model):
+            continue
+        ops = tuple(dict.fromkeys(f"core.{n.op_type}" for n in case.model.graph.node))
+        for index, (inputs, outputs) in enumerate(case.data_sets):
+            name = case.name if len(case.data_sets) == 1 else f"{case.name}-{index}"
+            cases.append(NodeCase(name, case.model, tuple(_array(a) for a in inputs),
+                                  tuple(_array(a) for a in outputs), case.rtol, case.atol,
+                                  ops))
+    return tuple(cases)
+
+
+def _refuse(error: PolyhalError, device: Any) -> tuple[bool, str]:
+    raise error
+
+
+def generate(caps: Capabilities, profile: Profile) -> Iterator[Case]:
+    """The node test cases whose ops a device with ``caps`` claims."""
+    from polyhal.interop.onnx import load_onnx
+
+    for node_case in node_cases():
+        if not all(op in caps.ops for op in node_case.ops):
+            continue
+        case = Case(f"onnx/{node_case.name}", "onnx", node_case.ops[0], None, "onnx",
+                    tolerance=Tolerance(atol=node_case.atol, rtol=node_case.rtol))
+        try:
+            graph = load_onnx(node_case.model)
+        except PolyhalError as error:
+            case.check = functools.partial(_refuse, error)
+            yield case
+            continue
+        if any(node_reason(caps, graph, n) is not None for n in graph.nodes):
+            continue  # a dtype the device does not claim
+        case.graph = graph
+        case.inputs = list(node_case.inputs)
+        case.expected = list(node_case.outputs)
+        case.dtype = graph.outputs[0].type.dtype.value if graph.outputs else None
+        yield case
