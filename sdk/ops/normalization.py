@@ -93,10 +93,10 @@ def _infer_batch_norm(ctx: InferContext) -> TensorType:
     x = ctx.input(0)
     if x.rank < 1:
         raise ctx.error(f"input X must have rank >= 1 ([N, C, D...] or [N]), got {x}")
-    if ctx.attrs["training_mode"] != 0:
-        raise ctx.error(f"attribute training_mode={ctx.attrs['training_mode']} is not "
-                        "supported: polyhal implements inference-mode BatchNormalization only")
-    if ctx.num_outputs > 1:
+    training = ctx.attrs["training_mode"]
+    if training not in (0, 1):
+        raise ctx.error(f"attribute training_mode must be 0 or 1, got {training}")
+    if ctx.num_outputs > 1 and not training:
         raise ctx.error("outputs running_mean and running_var exist only in training mode")
     channels = x.shape[1] if x.rank >= 2 else 1
     for index, name in enumerate(_BN_PARAMS, start=1):
@@ -105,19 +105,30 @@ def _infer_batch_norm(ctx: InferContext) -> TensorType:
                            and t.shape[0] != channels):
             raise ctx.error(f"input {index} ({name}) must have shape [{channels}] (one value "
                             f"per channel of X {x}), got {t}")
-    return x
+    return [x, ctx.input(3), ctx.input(4)][:max(ctx.num_outputs, 1)]
 
 
 def _batch_norm(x: np.ndarray, scale: np.ndarray, b: np.ndarray, mean: np.ndarray,
                 var: np.ndarray, *, epsilon: float, momentum: float,
-                training_mode: int) -> np.ndarray:
+                training_mode: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     shape = (-1, *[1] * (x.ndim - 2))  # per-channel values broadcast over [N, C, D...]
 
     def channel(p: np.ndarray) -> np.ndarray:
         return p.astype(x.dtype, copy=False).reshape(shape)
 
     eps = x.dtype.type(epsilon)
-    return (x - channel(mean)) / np.sqrt(channel(var) + eps) * channel(scale) + channel(b)
+    if not training_mode:
+        y = (x - channel(mean)) / np.sqrt(channel(var) + eps) * channel(scale) + channel(b)
+        return y, mean, var
+    axes = (0, *range(2, x.ndim))  # every axis but the channels
+    batch_mean = x.mean(axis=axes)
+    batch_var = ((x - channel(batch_mean)) ** 2).mean(axis=axes)
+    y = (x - channel(batch_mean)) / np.sqrt(channel(batch_var) + eps) * channel(scale)
+    y = y + channel(b)
+    keep = mean.dtype.type(momentum)
+    running_mean = mean * keep + batch_mean.astype(mean.dtype) * (1 - keep)
+    running_var = var * keep + batch_var.astype(var.dtype) * (1 - keep)
+    return y, running_mean, running_var
 
 
 def _decompose_batch_norm(x: Any, scale: Any, b: Any, mean: Any, var: Any, *,
@@ -129,6 +140,8 @@ def _decompose_batch_norm(x: Any, scale: Any, b: Any, mean: Any, var: Any, *,
             p = ops.cast(p, to=x.dtype)
         return ops.unsqueeze(p, _axes_const(spatial)) if spatial else p
 
+    if training_mode:
+        return None  # batch statistics: no decomposition; the node stays whole
     return (x - channel(mean)) / ops.sqrt(channel(var) + epsilon) * channel(scale) + channel(b)
 
 
@@ -140,13 +153,18 @@ register(OpDef(
              Output("running_var", "T2", optional=True)),
     type_vars={"T": FLOAT_TYPES, "T1": FLOAT_TYPES, "T2": FLOAT_TYPES},
     attrs=(Attr("epsilon", AttrKind.FLOAT, 1e-5, "Added to the variance."),
-           Attr("momentum", AttrKind.FLOAT, 0.9, "Training only; unused."),
-           Attr("training_mode", AttrKind.INT, 0, "Must be 0 (inference).")),
+           Attr("momentum", AttrKind.FLOAT, 0.9, "Training mode: weight of the running "
+                "statistics in their update."),
+           Attr("training_mode", AttrKind.INT, 0, "1: normalize with the batch's statistics "
+                "and output updated running statistics.")),
     infer=_infer_batch_norm, kernel=_batch_norm, decompose=_decompose_batch_norm,
     onnx_since=15, differentiable=True,
     doc="Inference mode: (X - mean) / sqrt(var + epsilon) * scale + B per channel (axis 1; "
         "a rank-1 X is one channel). Parameters are first converted to X's dtype. "
-        "training_mode=1 and the running_mean/running_var outputs are rejected."))
+        "Training mode (training_mode=1): the same with the batch's mean and population "
+        "variance over every axis but the channels, and the optional outputs running_mean = "
+        "input_mean * momentum + batch_mean * (1 - momentum), likewise running_var; only "
+        "training mode may ask for them. Training mode has no decomposition."))
 
 
 # --- LayerNormalization -----------------------------------------------------

@@ -105,7 +105,8 @@ class OpDef:
     domain: str = "core"
     doc: str = ""
     decompose: Callable[..., Any] | None = None
-    """``decompose(*inputs, **attrs)`` builds the op from primitives on builder values."""
+    """``decompose(*inputs, **attrs)`` builds the op from primitives on builder values, or
+    returns ``None`` when these attributes have no decomposition."""
     differentiable: bool = False
     onnx_since: int | None = None
     """The opset version of the ONNX op whose semantics this op follows."""

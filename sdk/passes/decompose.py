@@ -23,6 +23,8 @@ def decompose_node(builder: GraphBuilder, node: Node, args: list[Var | None]
         return None
     attrs = resolve_attrs(op, node.attrs, f"node {node.name!r}")
     outs = op.decompose(*args, **attrs)
+    if outs is None:  # the op has no decomposition for these attributes
+        return None
     outs = outs if isinstance(outs, tuple) else (outs,)
     if len(outs) < len(node.outputs):
         return None
@@ -41,10 +43,18 @@ def decompose(graph: Graph, select: Callable[[Node], bool] = lambda node: True,
         if not pending:
             break
         chosen = {n.name for n in pending}
+        done: list[str] = []
 
         def rewrite(builder: GraphBuilder, node: Node, args: list[Var | None],
-                    chosen: set[str] = chosen) -> tuple[Var, ...] | None:
-            return decompose_node(builder, node, args) if node.name in chosen else None
+                    chosen: set[str] = chosen, done: list[str] = done
+                    ) -> tuple[Var, ...] | None:
+            outs = decompose_node(builder, node, args) if node.name in chosen else None
+            if outs is not None:
+                done.append(node.name)
+            return outs
 
-        graph = rebuild(graph, rewrite)
+        rebuilt = rebuild(graph, rewrite)
+        if not done:
+            break
+        graph = rebuilt
     return graph

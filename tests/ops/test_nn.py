@@ -577,6 +577,22 @@ def test_batch_norm_decomposition_mixed_dtypes():
     np.testing.assert_allclose(got, run_op("BatchNormalization", inputs)[0], rtol=1e-12)
 
 
+def test_batch_norm_training_mode_uses_batch_statistics():
+    x, scale, b, mean, var = bn_inputs(F64, (4, 3, 5))
+    y, running_mean, running_var = run_op("BatchNormalization", [x, scale, b, mean, var],
+                                          {"training_mode": 1, "momentum": 0.8},
+                                          num_outputs=3)
+    batch_mean = x.mean(axis=(0, 2))
+    batch_var = x.var(axis=(0, 2))
+    expected = ((x - batch_mean[:, None]) / np.sqrt(batch_var[:, None] + 1e-5)
+                * scale[:, None] + b[:, None])
+    np.testing.assert_allclose(y, expected, rtol=1e-12)
+    np.testing.assert_allclose(running_mean, mean * 0.8 + batch_mean * 0.2, rtol=1e-12)
+    np.testing.assert_allclose(running_var, var * 0.8 + batch_var * 0.2, rtol=1e-12)
+    assert infer_type("BatchNormalization", [F32["n", 3], *[F32[3]] * 4],
+                      {"training_mode": 1}, num_outputs=3) == [F32["n", 3], F32[3], F32[3]]
+
+
 def test_batch_norm_infer():
     c = F32[3]
     assert infer_type("BatchNormalization", [F32["batch", 3, "h", "w"], c, c, c, c]) \
@@ -589,7 +605,7 @@ def test_batch_norm_infer():
     ([F32[2, 3], F32[3], F32[3], F32[3], F32[3, 1]], {}, 1, "input_var"),
     ([F32[4], F32[3], F32[3], F32[3], F32[3]], {}, 1, "scale"),
     ([F32[()], F32[1], F32[1], F32[1], F32[1]], {}, 1, "rank"),
-    ([F32[2, 3], F32[3], F32[3], F32[3], F32[3]], {"training_mode": 1}, 1, "training_mode"),
+    ([F32[2, 3], F32[3], F32[3], F32[3], F32[3]], {"training_mode": 2}, 1, "training_mode"),
     ([F32[2, 3], F32[3], F32[3], F32[3], F32[3]], {}, 3, "running_mean"),
 ])
 def test_batch_norm_infer_errors(types, attrs, num_outputs, message):
