@@ -47,6 +47,7 @@ def render_markdown(report: Report) -> str:
         counts = Counter(c.outcome for c in report.cases if c.level == level)
         if counts:
             lines.append(f"| {level} | " + " | ".join(str(counts[o]) for o in OUTCOMES) + " |")
+    lines += _by_op(report, "onnx")
     problems = [c for c in report.cases if c.outcome != "passed"]
     if problems:
         lines += ["", "## Cases not passed", "", "| case | outcome | message |",
@@ -54,6 +55,20 @@ def render_markdown(report: Report) -> str:
         lines += [f"| `{c.id}` | {c.outcome} | {c.message.replace('|', '/')[:300]} |"
                   for c in problems]
     return "\n".join(lines) + "\n"
+
+
+def _by_op(report: Report, level: str) -> list[str]:
+    """A per-op pass-rate table of one level (empty when the level did not run)."""
+    cases = [c for c in report.cases if c.level == level]
+    if not cases:
+        return []
+    lines = ["", f"## {level} by op", "", "| op | cases | passed | pass rate |",
+             "| --- | --- | --- | --- |"]
+    for op in sorted({c.op or "?" for c in cases}):
+        mine = [c for c in cases if (c.op or "?") == op]
+        passed = sum(c.outcome == "passed" for c in mine)
+        lines.append(f"| {op} | {len(mine)} | {passed} | {100 * passed / len(mine):.0f}% |")
+    return lines
 
 
 def render_html(report: Report) -> str:

@@ -139,6 +139,14 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
         console.print(f"{name}: {verdict} ({summary}) in {report.duration_s:.1f} s; coverage "
                       + ", ".join(f"{d} {c['claimed']}/{c['total']}"
                                   for d, c in report.coverage.items()), markup=False)
+        for level in report.levels:
+            cases = [c for c in report.cases if c.level == level]
+            if cases:
+                passed = sum(c.outcome == "passed" for c in cases)
+                listed = sum(c.outcome == "xfail" for c in cases)
+                console.print(f"  {level}: {len(cases)} cases run, {passed} passed "
+                              f"({100 * passed / len(cases):.1f}%), {listed} listed as expected "
+                              f"failures, {len(cases) - passed - listed} other", markup=False)
         for case in report.cases:
             if case.outcome not in ("passed", "xfail"):
                 console.print(f"  {case.outcome:8} {case.id}: {case.message[:200]}",

@@ -1,0 +1,185 @@
+"""polyhal `cpu` against onnxruntime, polyhal `reference` and onnx's ReferenceEvaluator.
+
+Every model runs on every runner in one process, after warm-up; latencies are
+medians over interleaved repetitions (runner A, B, C, D, A, B, ...). Peak
+memory is measured per (model, runner) in a fresh subprocess (peak RSS above
+the process's RSS before the runner was built). First-call compile time is
+reported separately.
+
+    python benchmarks/cpu_vs_peers.py           # the full run (RESULTS.md)
+    python benchmarks/cpu_vs_peers.py --quick   # small shapes, a few reps (CI)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import models
+
+THREADS = 2
+RUNNERS = ("polyhal-cpu", "onnxruntime", "polyhal-reference", "onnx-reference")
+
+
+def workloads(quick: bool) -> dict[str, tuple[Callable, tuple[int, ...]]]:
+    """name -> (graph builder, input shape)."""
+    if quick:
+        return {
+            "mlp-b1": (lambda: models.mlp((64, 32, 32, 10)), (1, 64)),
+            "mlp-b256": (lambda: models.mlp((64, 32, 32, 10)), (16, 64)),
+            "cnn-b32": (lambda: models.cnn(4), (2, 3, 32, 32)),
+            "transformer-b8": (lambda: models.transformer(16, 32, 4, 64), (2, 16, 32)),
+        }
+    return {
+        "mlp-b1": (models.mlp, (1, 784)),
+        "mlp-b256": (models.mlp, (256, 784)),
+        "cnn-b32": (models.cnn, (32, 3, 32, 32)),
+        "transformer-b8": (models.transformer, (8, 128, 256)),
+    }
+
+
+def make_runner(name: str, graph, folder: Path) -> Callable[[np.ndarray], object]:
+    """A function of the input that runs ``graph`` on runner ``name``."""
+    if name == "polyhal-cpu":
+        import polyhal
+        from polyhal.hal import open_device
+
+        compiled = polyhal.compile(graph, device=open_device("cpu", threads=THREADS))
+        return lambda x: compiled(x)
+    if name == "polyhal-reference":
+        from polyhal.reference import ReferenceExecutor
+
+        executor = ReferenceExecutor(graph)
+        return lambda x: executor(x)
+    from polyhal.interop.onnx import save_onnx
+
+    path = save_onnx(graph, folder / f"{graph.name}.onnx")
+    if name == "onnxruntime":
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = THREADS
+        options.inter_op_num_threads = 1
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        input_name = session.get_inputs()[0].name
+        return lambda x: session.run(None, {input_name: x})
+    from onnx.reference import ReferenceEvaluator
+
+    evaluator = ReferenceEvaluator(str(path))
+    input_name = graph.inputs[0].name
+    return lambda x: evaluator.run(None, {input_name: x})
+
+
+def peak_memory(model: str, runner: str, quick: bool) -> float:
+    """Peak RSS growth in MiB of building and running one runner, in a fresh process."""
+    command = [sys.executable, __file__, "--peak", model, runner] + (["--quick"] if quick else [])
+    result = subprocess.run(command, capture_output=True, text=True, check=True)
+    return float(result.stdout.strip().splitlines()[-1])
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS"))
+
+
+def run_peak(model: str, runner: str, quick: bool) -> None:
+    # Import every runtime first: peak memory is what running costs, not library code.
+    import numba  # noqa: F401
+    import onnx.reference  # noqa: F401
+    import onnxruntime  # noqa: F401
+
+    import polyhal.adapters.cpu
+    import polyhal.interop.onnx  # noqa: F401
+
+    build, shape = workloads(quick)[model]
+    graph = build()
+    x = np.random.default_rng(0).normal(size=shape).astype(np.float32)
+    before = _rss_kib()
+    with tempfile.TemporaryDirectory() as tmp:
+        run = make_runner(runner, graph, Path(tmp))
+        for _ in range(2):
+            run(x)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(max(peak - before, 0) / 1024)
+
+
+def bench(quick: bool) -> dict:
+    reps = 3 if quick else 30
+    results: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for model, (build, shape) in workloads(quick).items():
+            graph = build()
+            x = np.random.default_rng(0).normal(size=shape).astype(np.float32)
+            runners = {}
+            first: dict[str, float] = {}
+            for name in RUNNERS:
+                start = time.perf_counter()
+                run = make_runner(name, graph, Path(tmp))
+                run(x)
+                first[name] = time.perf_counter() - start
+                runners[name] = run
+            slow = {"polyhal-reference", "onnx-reference"}
+            times: dict[str, list[float]] = {name: [] for name in RUNNERS}
+            for rep in range(reps):
+                for name, run in runners.items():
+                    if name in slow and rep >= max(3, reps // 6):
+                        continue  # the slow peers need fewer samples for a stable median
+                    start = time.perf_counter()
+                    run(x)
+                    times[name].append(time.perf_counter() - start)
+            reference_out = runners["onnxruntime"](x)[0]
+            ours = runners["polyhal-cpu"](x)[0]
+            results[model] = {
+                "median_ms": {n: 1e3 * float(np.median(t)) for n, t in times.items()},
+                "first_call_s": first,
+                "max_abs_diff_vs_ort": float(np.abs(ours - reference_out).max()),
+                "peak_mib": {n: peak_memory(model, n, quick) for n in RUNNERS},
+            }
+    return results
+
+
+def report(results: dict, quick: bool) -> None:
+    machine = platform.processor() or platform.machine()
+    print(f"# cpu_vs_peers{' (quick)' if quick else ''}: {machine}, {THREADS} threads, "
+          f"numpy {np.__version__}")
+    header = ("model", "runner", "median ms", "vs ORT", "cpu speedup", "first call s", "peak MiB")
+    print("| " + " | ".join(header) + " |")
+    print("|" + " --- |" * len(header))
+    for model, r in results.items():
+        ort_ms = r["median_ms"]["onnxruntime"]
+        cpu_ms = r["median_ms"]["polyhal-cpu"]
+        for name in RUNNERS:
+            ms = r["median_ms"][name]
+            print(f"| {model} | {name} | {ms:.3f} | {ms / ort_ms:.2f} | {ms / cpu_ms:.1f}x | "
+                  f"{r['first_call_s'][name]:.2f} | {r['peak_mib'][name]:.1f} |")
+        print(f"| {model} | (cpu vs ORT max abs diff) | {r['max_abs_diff_vs_ort']:.2e} | | | | |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small shapes, few repetitions")
+    parser.add_argument("--json", metavar="FILE", help="also write the numbers as JSON")
+    parser.add_argument("--peak", nargs=2, metavar=("MODEL", "RUNNER"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.peak:
+        run_peak(*args.peak, args.quick)
+        return
+    results = bench(args.quick)
+    report(results, args.quick)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
