@@ -230,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     conf.set_defaults(func=_cmd_conformance)
 
     run = sub.add_parser("run", help="run a model on a device")
-    run.add_argument("model", help="a polyhal .json model (its .npz beside it)")
+    run.add_argument("model", help="a polyhal .json model (its .npz beside it) or an .onnx model")
     run.add_argument("--device", default="reference", help="ADAPTER[:INDEX] (default: reference)")
     run.add_argument("--fallback", help="device for nodes the first one lacks")
     run.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",

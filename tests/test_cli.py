@@ -62,7 +62,8 @@ def test_run_a_model_with_inputs_and_outputs(tmp_path):
 
 @pytest.mark.parametrize(("args", "message"), [
     (("run", "missing.json"), "cannot read model file"),
-    (("run", "model.onnx"), "unknown model format '.onnx'"),
+    (("run", "model.pb"), "unknown model format '.pb'"),
+    (("run", "missing.onnx"), "cannot read model file"),
     (("run", "{model}", "--input", "x"), "expected NAME=FILE.npy"),
     (("run", "{model}", "--input", "x=nope.npy"), "cannot read nope.npy"),
     (("run", "{model}", "--input", "x={pickle}"), "cannot read"),

@@ -7,10 +7,12 @@ from typing import Any
 
 import numpy as np
 
+from polyhal.ir.builder import GraphBuilder, Var
 from polyhal.ir.graph import Graph, Node
 from polyhal.ir.limits import current_limits
 from polyhal.ir.verify import resolve_attrs
 from polyhal.ops.registry import get_op
+from polyhal.passes.rebuild import rebuild
 from polyhal.reference.executor import run_node
 
 FOLD_MAX_ELEMENTS = 1 << 20
@@ -34,31 +36,31 @@ def eliminate_dead_code(graph: Graph) -> Graph:
 def fold_constants(graph: Graph, max_elements: int = FOLD_MAX_ELEMENTS) -> Graph:
     """Evaluate, with the reference kernels, every node whose inputs are all constant.
 
-    Results become graph constants under the node's output names. Nodes whose
-    results would exceed ``max_elements`` elements, and nodes whose kernels
-    fail, stay in the graph.
+    Results become graph constants under the node's output names, and every
+    type downstream is inferred afresh (a folded shape makes a reshape
+    concrete). Nodes whose results would exceed ``max_elements`` elements,
+    and nodes whose kernels fail, stay in the graph.
     """
     known: dict[str, np.ndarray] = dict(graph.constants)
-    nodes: list[Node] = []
     limit = min(max_elements, current_limits().max_elements)
-    for node in graph.nodes:
-        if all((not i) or i in known for i in node.inputs) and _foldable(node, limit):
-            op = get_op(node.op, node.domain)
-            attrs = resolve_attrs(op, node.attrs, f"node {node.name!r}")
-            try:
-                outputs = run_node(node, op, attrs, [known[i] if i else None
-                                                     for i in node.inputs], {})
-            except Exception:  # leave it to run time, where the error will name the node
-                nodes.append(node)
-                continue
-            for value, array in zip(node.outputs, outputs, strict=True):
-                known[value.name] = array
-            continue
-        nodes.append(node)
-    graph_outputs = {v.name for v in graph.outputs}
-    used = {i for n in nodes for i in n.inputs if i} | graph_outputs
-    constants = {k: v for k, v in known.items() if k in used}
-    return Graph(graph.name, graph.inputs, graph.outputs, tuple(nodes), constants, graph.doc)
+
+    def fold(builder: GraphBuilder, node: Node, args: list[Var | None]
+             ) -> tuple[Var, ...] | None:
+        if not all((not i) or i in known for i in node.inputs) or not _foldable(node, limit):
+            return None
+        op = get_op(node.op, node.domain)
+        attrs = resolve_attrs(op, node.attrs, f"node {node.name!r}")
+        try:
+            outputs = run_node(node, op, attrs, [known[i] if i else None for i in node.inputs],
+                               {})
+        except Exception:  # leave it to run time, where the error will name the node
+            return None
+        for value, array in zip(node.outputs, outputs, strict=True):
+            known[value.name] = array
+        return tuple(builder.constant(array, name=value.name)
+                     for value, array in zip(node.outputs, outputs, strict=True))
+
+    return eliminate_dead_code(rebuild(graph, fold))
 
 
 def _foldable(node: Node, limit: int) -> bool:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from polyhal.ir.builder import GraphBuilder, Var
 from polyhal.ir.graph import Graph, Node
+from polyhal.ir.types import TensorType
 
 NodeRewrite = Callable[[GraphBuilder, Node, list[Var | None]], "tuple[Var, ...] | None"]
 
@@ -18,16 +19,20 @@ def replay(builder: GraphBuilder, node: Node, args: list[Var | None]) -> tuple[V
     return outs if isinstance(outs, tuple) else (outs,)
 
 
-def rebuild(graph: Graph, rewrite: NodeRewrite) -> Graph:
+def rebuild(graph: Graph, rewrite: NodeRewrite,
+            input_types: Mapping[str, TensorType] | None = None) -> Graph:
     """A new graph where each node is replaced by what ``rewrite`` builds.
 
     ``rewrite(builder, node, args)`` returns the values standing for the
     node's outputs, or ``None`` to keep the node as it is. Value names of
-    kept nodes, inputs, constants and outputs are preserved.
+    kept nodes, inputs, constants and outputs are preserved; every type is
+    inferred afresh (from ``input_types`` where given).
     """
     reserved = [n.name for n in graph.nodes] + list(graph.value_types)
     g = GraphBuilder(graph.name, reserved=reserved)
-    env: dict[str, Var] = {v.name: g.input(v.name, v.type) for v in graph.inputs}
+    types = input_types or {}
+    env: dict[str, Var] = {v.name: g.input(v.name, types.get(v.name, v.type))
+                           for v in graph.inputs}
     for name, array in graph.constants.items():
         env[name] = g.constant(array, name=name)
     for node in graph.nodes:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from polyhal.ir import dims as D
-from polyhal.ir.graph import Graph, Node, Value
+from polyhal.ir.graph import Graph
 from polyhal.ir.types import TensorType
+from polyhal.passes.rebuild import rebuild
 
 
 def _bind(t: TensorType, bindings: Mapping[str, int]) -> TensorType:
@@ -17,12 +18,9 @@ def _bind(t: TensorType, bindings: Mapping[str, int]) -> TensorType:
 def specialize(graph: Graph, bindings: Mapping[str, int]) -> Graph:
     """``graph`` with every symbol in ``bindings`` replaced by its value.
 
-    Dimensions that depend on data (fresh ``_`` symbols) stay symbolic.
+    Types are inferred afresh from the bound inputs, so every dimension that
+    follows from them becomes concrete; dimensions that depend on data stay
+    symbolic.
     """
-    def value(v: Value) -> Value:
-        return Value(v.name, _bind(v.type, bindings))
-
-    nodes = [Node(n.op, n.name, n.inputs, tuple(value(o) for o in n.outputs), n.attrs, n.domain)
-             for n in graph.nodes]
-    return Graph(graph.name, tuple(value(v) for v in graph.inputs),
-                 tuple(value(v) for v in graph.outputs), tuple(nodes), graph.constants, graph.doc)
+    return rebuild(graph, lambda builder, node, args: None,
+                   {v.name: _bind(v.type, bindings) for v in graph.inputs})

@@ -44,8 +44,14 @@ def test_reference_passes_and_writes_three_files(reference_report):
     assert sorted(p.name for p in out.iterdir()) == ["report.html", "report.json", "report.md"]
     doc = json.loads((out / "report.json").read_text())
     print(f"reference ci profile: {len(doc['cases'])} cases in {doc['duration_s']} s")
-    assert doc["summary"]["passed"] == len(doc["cases"]) > 1000
-    assert {c["level"] for c in doc["cases"]} == {"L0", "L1", "L2", "L5"}
+    listed = [c["id"] for c in doc["cases"] if c["outcome"] == "xfail"]
+    assert doc["summary"]["passed"] + len(listed) == len(doc["cases"]) > 1000
+    assert all(case.startswith("onnx/test_training_dropout") for case in listed)
+    assert {c["level"] for c in doc["cases"]} == {"L0", "L1", "L2", "L5", "onnx"}
+    onnx_cases = [c for c in doc["cases"] if c["level"] == "onnx"]
+    passed = sum(c["outcome"] == "passed" for c in onnx_cases)
+    print(f"onnx level: {len(onnx_cases)} cases, {passed} passed, {len(listed)} listed")
+    assert passed / len(onnx_cases) >= 0.97
     assert doc["coverage"]["core"]["claimed"] == doc["coverage"]["core"]["total"]
 
 
@@ -64,7 +70,7 @@ def test_case_set_hash_is_stable_across_runs(reference_report):
     _, out = reference_report
     doc = json.loads((out / "report.json").read_text())
     with open_device("reference") as device:
-        cases = generate_cases(device.capabilities, ["L0", "L1", "L2", "L5"], "ci")
+        cases = generate_cases(device.capabilities, ["L0", "L1", "L2", "L5", "onnx"], "ci")
     assert case_set_hash(cases) == doc["case_set_hash"]
     assert [c.id for c in cases] == [c["id"] for c in doc["cases"]]
 
@@ -80,7 +86,9 @@ def test_template_passes_its_claimed_cases_and_shows_coverage(tmp_path):
     assert {c.dtype for c in report.cases if c.level == "L1"} == {"float32", "float64"}
     assert any(c.id.startswith("L2/mlp/") for c in report.cases)
     assert not any(c.id.startswith("L2/cnn/") for c in report.cases)  # Conv is not claimed
-    assert {c.id.split("/")[0] for c in report.cases} == {"L0", "L1", "L2", "L5"}
+    assert {c.id.split("/")[0] for c in report.cases} == {"L0", "L1", "L2", "L5", "onnx"}
+    assert {c.op for c in report.cases if c.level == "onnx"} <= set(
+        report.coverage["core"]["claimed_ops"])
     errors = [c for c in report.cases if c.id.startswith("L0/errors/")]
     assert {c.id for c in errors} == {"L0/errors/unclaimed-op", "L0/errors/unclaimed-dtype"}
     cycles = next(c for c in report.cases if c.id.startswith("L5/cycles/"))
