@@ -71,6 +71,9 @@ def make_runner(name: str, graph, folder: Path) -> Callable[[np.ndarray], object
         options = ort.SessionOptions()
         options.intra_op_num_threads = THREADS
         options.inter_op_num_threads = 1
+        # A spinning ORT pool keeps both cores busy after each run and would slow
+        # whichever runner comes next in the interleaved loop.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         input_name = session.get_inputs()[0].name
         return lambda x: session.run(None, {input_name: x})

@@ -184,3 +184,27 @@ def test_fusion_preserves_results_on_random_graphs(case, special):
     actual = polyhal.compile(graph, device="cpu")(x, y)["z"]
     tol = 1e-5 if dtype is f32 else 1e-9
     np.testing.assert_allclose(actual, expected, rtol=tol * 10, atol=tol * 10, equal_nan=True)
+
+
+@pytest.mark.parametrize(("op", "bound"), [("Erf", 4e-7), ("Gelu", 1e-6)])
+def test_float32_erf_is_accurate_everywhere(op, bound):
+    # A lone Erf/Gelu compiles to a numba loop with a rational erf; check it densely.
+    def build(dtype):
+        g = GraphBuilder(op.lower())
+        g.output(g.op(op, g.input("x", dtype["n"])), name="y")
+        return g.build()
+
+    graph = build(f32)
+    groups = find_groups(optimize(specialize(graph, {"n": 1})))
+    assert [n.op for group in groups for n in group.nodes] == [op]
+    x = np.concatenate([np.linspace(-6, 6, 200_001, dtype=np.float32),
+                        np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-30, 3e38], np.float32)])
+    actual = polyhal.compile(graph, device="cpu")(x)["y"]
+    expected = run(build(f64), x.astype(np.float64))["y"]  # math.erf in float64
+    assert actual.dtype == np.float32
+    assert np.isnan(actual[-7]) and np.array_equal(np.isnan(actual), np.isnan(expected))
+    finite = np.isfinite(expected)
+    error = np.abs(actual[finite] - expected[finite]) / np.maximum(1, np.abs(expected[finite]))
+    assert error.max() <= bound, error.max()  # the conformance tolerance is 4e-5
+    assert np.array_equal(actual[~finite & ~np.isnan(expected)],
+                          expected[~finite & ~np.isnan(expected)])

@@ -1,13 +1,14 @@
 """Fast Conv: im2col through strided views, then one BLAS matmul per group.
 
 The input is padded once (:class:`~._windows.Windows`); its windows are read
-through one ``as_strided`` view ``[N, G, C/G, K..., O...]`` that is copied,
-a tile at a time, into a reused buffer sized to stay in cache, and multiplied
-by the filters ``[G, M/G, C/G * prod(K)]`` with ``np.matmul`` straight into
-the output (``[N, G, M/G, O...]`` is already ``[N, M, O...]``). A 1x1
-convolution with unit strides and no padding needs no copy at all, and a
-depthwise convolution (one input channel per group) accumulates one
-broadcast multiply per kernel position instead of many tiny matmuls.
+through one ``as_strided`` view ``[G, C/G, K..., N, O...]`` that is copied,
+several whole images at a time, into a reused buffer of at most
+:data:`TILE_BYTES`, and multiplied by the filters ``[G, M/G, C/G * prod(K)]``
+in one wide matmul per group (an image too large for a tile is split by
+output rows). A 1x1 convolution with unit strides and no padding needs no
+copy at all, and a depthwise convolution (one input channel per group)
+accumulates one broadcast multiply per kernel position instead of many tiny
+matmuls.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import numpy as np
 from polyhal.adapters.cpu.kernels._windows import Windows
 from polyhal.ir.limits import ensure_allocatable
 
-TILE_BYTES = 4 << 20
-"""About how many bytes of im2col columns one matmul takes (cache-sized tiles)."""
+TILE_BYTES = 16 << 20
+"""At most how many bytes of im2col columns one matmul takes (unless one output row
+needs more)."""
 DEPTHWISE_BYTES = 256 << 10
 """About how many bytes of output one depthwise block accumulates."""
 
@@ -57,40 +59,59 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *, auto_pad:
 
 
 def _im2col(x: np.ndarray, w: np.ndarray, win: Windows, group: int, y: np.ndarray) -> None:
-    """``y[N, G, M/G, P]`` = filters @ columns, a cache-sized tile of columns at a time."""
+    """``y[N, G, M/G, P]`` = filters @ columns, over cache-sized tiles of columns.
+
+    Whole images are batched into one matmul per group (``[M/G, depth] @ [depth,
+    images * P]``): BLAS is far faster on one wide product than on one narrow
+    product per image. An image whose columns exceed a tile is split by output rows.
+    """
     n, c = x.shape[:2]
     m = w.shape[0]
     c_group, m_group = c // group, m // group
     depth = c_group * win.positions
     filters = w.reshape(group, m_group, depth)
-    windows = win.all_windows(win.padded(x, 0, "Conv"), group)
-    rows = win.out[0]
-    rest = math.prod(win.out[1:])
-    per_row = group * depth * rest * y.itemsize
-    per_item = per_row * rows
-    if per_item <= TILE_BYTES:
-        batch, step = max(1, min(n, TILE_BYTES // per_item)), rows
-    else:
-        batch, step = 1, max(1, TILE_BYTES // per_row)
-    if batch * step * per_row > TILE_BYTES:  # one output row's columns exceed a tile
-        ensure_allocatable((batch, group, depth, step * rest), "Conv: columns")
-    buffer = np.empty((batch, group, c_group, *win.kernel, step, *win.out[1:]), dtype=y.dtype)
-    out = y.reshape(n, group, m_group, rows, rest)
+    windows = win.all_windows(win.padded(x, 0, "Conv"), group)  # [N, G, C/G, K..., O...]
     lead = 3 + win.rank  # axes before the first output axis in ``windows``
+    pixels = math.prod(win.out)
+    per_item = group * depth * pixels * y.itemsize
+    if per_item > TILE_BYTES:
+        for item in range(n):
+            _im2col_rows(windows[item], filters, win, y[item])
+        return
+    batch = max(1, min(n, TILE_BYTES // per_item))
+    by_group = np.moveaxis(windows, 0, lead - 1)  # [G, C/G, K..., N, O...]
+    buffers: dict[int, np.ndarray] = {}
     for n0 in range(0, n, batch):
         n1 = min(n, n0 + batch)
-        for r0 in range(0, rows, step):
-            r1 = min(rows, r0 + step)
-            index = (slice(n0, n1), *[slice(None)] * (lead - 1), slice(r0, r1))
-            cols = buffer[(slice(n1 - n0), *[slice(None)] * (lead - 1), slice(r1 - r0))]
-            np.copyto(cols, windows[index])
-            cols = cols.reshape(n1 - n0, group, depth, (r1 - r0) * rest)
-            target = out[n0:n1, :, :, r0:r1].reshape(n1 - n0, group, m_group, (r1 - r0) * rest)
-            if np.may_share_memory(target, out):
-                np.matmul(filters, cols, out=target)
-            else:  # the tile is not viewable as a matrix: compute, then store
-                out[n0:n1, :, :, r0:r1] = np.matmul(filters, cols).reshape(
-                    n1 - n0, group, m_group, r1 - r0, rest)
+        count = n1 - n0
+        if count not in buffers:  # at most two sizes: full tiles and the last one
+            buffers[count] = np.empty((group, c_group, *win.kernel, count, *win.out),
+                                      dtype=y.dtype)
+        cols = buffers[count]
+        np.copyto(cols, by_group[(*[slice(None)] * (lead - 1), slice(n0, n1))])
+        product = np.matmul(filters, cols.reshape(group, depth, count * pixels))
+        y[n0:n1] = product.reshape(group, m_group, count, pixels).transpose(2, 0, 1, 3)
+
+
+def _im2col_rows(windows: np.ndarray, filters: np.ndarray, win: Windows, y: np.ndarray
+                 ) -> None:
+    """One image, ``y[G, M/G, P]``, a tile of output rows at a time."""
+    group, m_group, depth = filters.shape
+    rows, rest = win.out[0], math.prod(win.out[1:])
+    per_row = group * depth * rest * y.itemsize
+    step = max(1, TILE_BYTES // per_row)
+    if step * per_row > TILE_BYTES:  # one output row's columns exceed a tile
+        ensure_allocatable((group, depth, step * rest), "Conv: columns")
+    buffer = np.empty((group, depth // win.positions, *win.kernel, step, *win.out[1:]),
+                      dtype=y.dtype)
+    out = y.reshape(group, m_group, rows, rest)
+    lead = 2 + win.rank  # axes before the first output axis in ``windows``
+    for r0 in range(0, rows, step):
+        r1 = min(rows, r0 + step)
+        cols = buffer[(*[slice(None)] * lead, slice(r1 - r0))]
+        np.copyto(cols, windows[(*[slice(None)] * lead, slice(r0, r1))])
+        product = np.matmul(filters, cols.reshape(group, depth, (r1 - r0) * rest))
+        out[:, :, r0:r1] = product.reshape(group, m_group, r1 - r0, rest)
 
 
 def _depthwise(x: np.ndarray, w: np.ndarray, win: Windows, group: int, y: np.ndarray) -> None:
