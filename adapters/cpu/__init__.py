@@ -38,9 +38,10 @@ from polyhal.passes import FUSION_RULES, apply_rules, simplify, specialize
 
 @cache
 def cpu_capabilities() -> Capabilities:
-    """Every core op in every dtype it admits."""
+    """Every core and snn op in every dtype it admits (snn through the reference's
+    time-steppers, so that spiking graphs fall back to the CPU)."""
     ops = {op.qualified_name: frozenset().union(*op.type_vars.values())
-           for op in all_ops("core")}
+           for domain in ("core", "snn") for op in all_ops(domain)}
     return Capabilities(ops=ops, dynamic_shapes=True, max_rank=32,
                         tags=frozenset({"training", "fused", "blas"}))
 

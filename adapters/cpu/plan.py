@@ -139,7 +139,7 @@ class PlanBuilder:
         dtype = out_type.dtype.numpy
         inputs_given = [i for i in node.inputs if i]
         same = all(self.graph.value_type(i).dtype.numpy == dtype for i in inputs_given)
-        if dtype in FLOATS and same and len(node.outputs) == 1:
+        if node.domain == "core" and dtype in FLOATS and same and len(node.outputs) == 1:
             if node.op in UFUNCS and node.op != "Identity" and len(inputs_given) in (1, 2):
                 return self._ufunc(node, UFUNCS[node.op])
             if node.op == "Relu":

@@ -1,4 +1,5 @@
-"""L2: model graphs (MLP, small CNN, attention block) in every claimed float dtype.
+"""L2: model graphs (MLP, small CNN, attention block; a spiking MLP and CNN) in every
+claimed float dtype.
 
 A model is generated when the device covers every node of it, after the
 composites it lacks are decomposed (as the runtime would).
@@ -11,11 +12,14 @@ from collections.abc import Iterator
 import numpy as np
 
 from polyhal.conformance.cases import Case, reference_outputs
+from polyhal.conformance.levels.l4_snn import TOLERANCES as SNN_TOLERANCES
 from polyhal.conformance.models import MODELS
 from polyhal.conformance.profiles import Profile
+from polyhal.conformance.snn_networks import NETWORKS
 from polyhal.conformance.tolerances import Tolerance, tolerance_for
 from polyhal.hal.capabilities import Capabilities
 from polyhal.ir.dtypes import FLOAT_TYPES, DType
+from polyhal.ops.snn import FLOATS as SNN_FLOATS
 from polyhal.runtime.placement import decompose_for, node_reason
 
 
@@ -36,3 +40,14 @@ def generate(caps: Capabilities, profile: Profile) -> Iterator[Case]:
                 yield Case(f"L2/{name}/{dtype.value}/batch-{variant}", "L2", name, dtype.value,
                            "model", graph=graph, inputs=inputs, expected=expected,
                            tolerance=tol)
+    steps = 20 if profile.name == "ci" else 50
+    for name, network in NETWORKS.items():
+        for dtype in (d for d in dtypes if d in SNN_FLOATS):
+            for variant, seed in enumerate(profile.seeds):
+                graph, inputs = network(dtype, seed, steps)
+                if any(node_reason(caps, graph, n) is not None for n in graph.nodes):
+                    continue
+                yield Case(f"L2/{name}/{dtype.value}/batch-{variant}", "L2", name, dtype.value,
+                           "model", graph=graph, inputs=inputs,
+                           expected=reference_outputs(graph, inputs),
+                           tolerance=SNN_TOLERANCES[dtype])

@@ -1,6 +1,6 @@
 """Recipes: valid inputs for every op, by dtype and shape class.
 
-Importing this package registers a recipe for every core op (one module per op
+Importing this package registers a recipe for every core and snn op (one module per op
 family). :func:`recipe_for` finds an op's recipe; :func:`sample` runs it::
 
     from polyhal.conformance.recipes import sample
@@ -18,6 +18,7 @@ from polyhal.conformance.recipes import (  # noqa: F401  (importing registers th
     quant,
     reduce,
     shape,
+    snn,
 )
 from polyhal.conformance.recipes.base import (
     RECIPES,

@@ -26,6 +26,7 @@ from polyhal.ops import (  # noqa: F401  (importing registers the ops)
     quant,
     reduce,
     shape,
+    snn,
 )
 from polyhal.ops.registry import (
     REQUIRED,

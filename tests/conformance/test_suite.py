@@ -47,12 +47,13 @@ def test_reference_passes_and_writes_three_files(reference_report):
     listed = [c["id"] for c in doc["cases"] if c["outcome"] == "xfail"]
     assert doc["summary"]["passed"] + len(listed) == len(doc["cases"]) > 1000
     assert all(case.startswith("onnx/test_training_dropout") for case in listed)
-    assert {c["level"] for c in doc["cases"]} == {"L0", "L1", "L2", "L5", "onnx"}
+    assert {c["level"] for c in doc["cases"]} == {"L0", "L1", "L2", "L4-snn", "L5", "onnx"}
     onnx_cases = [c for c in doc["cases"] if c["level"] == "onnx"]
     passed = sum(c["outcome"] == "passed" for c in onnx_cases)
     print(f"onnx level: {len(onnx_cases)} cases, {passed} passed, {len(listed)} listed")
     assert passed / len(onnx_cases) >= 0.97
-    assert doc["coverage"]["core"]["claimed"] == doc["coverage"]["core"]["total"]
+    for domain in ("core", "snn"):
+        assert doc["coverage"][domain]["claimed"] == doc["coverage"][domain]["total"]
 
 
 def test_report_validates_against_the_shipped_schema(reference_report):
@@ -70,7 +71,8 @@ def test_case_set_hash_is_stable_across_runs(reference_report):
     _, out = reference_report
     doc = json.loads((out / "report.json").read_text())
     with open_device("reference") as device:
-        cases = generate_cases(device.capabilities, ["L0", "L1", "L2", "L5", "onnx"], "ci")
+        cases = generate_cases(device.capabilities, ["L0", "L1", "L2", "L4-snn", "L5", "onnx"],
+                               "ci")
     assert case_set_hash(cases) == doc["case_set_hash"]
     assert [c.id for c in cases] == [c["id"] for c in doc["cases"]]
 
