@@ -3,5 +3,9 @@
 # Usage: bash scripts/test.sh [pytest arguments]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# brian2's cython and cpp_standalone targets compile C++.
+if ! command -v g++ >/dev/null; then
+    apt-get update -qq && apt-get install -y -qq g++ >/dev/null
+fi
 python -m pip install --quiet --disable-pip-version-check -e '.[test]'
 python -m pytest --durations=25 "$@"

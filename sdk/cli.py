@@ -165,7 +165,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     import polyhal
     from polyhal.interop.loading import load_model
 
-    graph = load_model(args.model)
+    options = {k: v for k in ("dt", "method", "reset") if (v := getattr(args, k)) is not None}
+    graph = load_model(args.model, **options)
     feeds = {}
     for item in args.input:
         name, sep, file = item.partition("=")
@@ -230,13 +231,19 @@ def build_parser() -> argparse.ArgumentParser:
     conf.set_defaults(func=_cmd_conformance)
 
     run = sub.add_parser("run", help="run a model on a device")
-    run.add_argument("model", help="a polyhal .json model (its .npz beside it) or an .onnx model")
+    run.add_argument("model", help="a polyhal .json model (its .npz beside it), an .onnx model "
+                     "or a .nir spiking network (with --dt)")
     run.add_argument("--device", default="reference", help="ADAPTER[:INDEX] (default: reference)")
     run.add_argument("--fallback", help="device for nodes the first one lacks")
     run.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
                      help="an input array (repeatable)")
     run.add_argument("--output", metavar="DIR", help="save outputs as DIR/NAME.npy")
     run.add_argument("--show-placement", action="store_true", help="print where nodes ran")
+    run.add_argument("--dt", type=float, help=".nir: the time step in seconds")
+    run.add_argument("--method", choices=["euler", "exact"], help=".nir: integration method "
+                     "(default euler)")
+    run.add_argument("--reset", choices=["v_reset", "subtract"], help=".nir: reset rule "
+                     "(default v_reset)")
     run.set_defaults(func=_cmd_run)
     for command in (ops, docs, devices, check, conf, run):
         command.add_argument("--width", type=int, default=None, help=argparse.SUPPRESS)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import polyhal
+import polyhal.interop.loading
 from polyhal import ops
 from polyhal.ir import GraphBuilder, f32
 
@@ -58,6 +59,27 @@ def test_run_a_model_with_inputs_and_outputs(tmp_path):
     assert "1 fallbacks" in result.stdout
     np.testing.assert_allclose(np.load(tmp_path / "out" / "y.npy"), [[0, np.tanh(2)]],
                                rtol=1e-6)
+
+
+def test_run_a_nir_network(tmp_path):
+    import nir
+
+    lif = nir.LIF(tau=np.full(2, 2e-3), r=np.ones(2), v_leak=np.zeros(2),
+                  v_threshold=np.full(2, 0.5))
+    nir.write(tmp_path / "lif.nir", nir.NIRGraph.from_list(lif))
+    x = np.random.default_rng(0).uniform(0, 2, (20, 1, 2))
+    np.save(tmp_path / "x.npy", x)
+    result = polyhal_cli("run", str(tmp_path / "lif.nir"), "--dt", "1e-3", "--method", "exact",
+                         "--reset", "subtract", "--input", f"input={tmp_path / 'x.npy'}",
+                         "--output", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    graph = polyhal.interop.loading.load_model(tmp_path / "lif.nir", dt=1e-3, method="exact",
+                                               reset="subtract")
+    expected = polyhal.run(graph, x)["output"]
+    assert expected.sum() > 0
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "output.npy"), expected)
+    result = polyhal_cli("run", str(tmp_path / "lif.nir"))
+    assert result.returncode == 2 and "pass dt" in result.stderr
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -2,13 +2,15 @@
 
 Every neuron op the device claims runs in a small network (input spikes ->
 Linear -> the population -> Linear -> LIF) for each integration method and
-reset rule; then a Delay network, CubaLIF with equal time constants, and a
-synfire chain. Spike trains must be identical; membrane traces agree within
-the tolerance (float64: ``atol=1e-9, rtol=1e-6``).
+reset rule; then a Delay network, CubaLIF with equal time constants, a
+synfire chain, and the synfire chain after a round trip through NIR (where the
+``nir`` package is installed). Spike trains must be identical; membrane traces
+agree within the tolerance (float64: ``atol=1e-9, rtol=1e-6``).
 """
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Iterator
 
 from polyhal.conformance.cases import Case, reference_outputs
@@ -40,6 +42,18 @@ def _networks(profile: Profile) -> Iterator[tuple[str, str, Callable[[DType, int
     yield "Delay", "euler-reset", lambda dtype, seed: delayed(dtype, seed, steps)
     yield "CubaLIF", "exact-equal-taus", lambda dtype, seed: equal_taus(dtype, seed, steps)
     yield "IF", "synfire", lambda dtype, seed: synfire(dtype, seed, max(steps, 10))
+    if importlib.util.find_spec("nir") is not None:
+        yield "IF", "nir-round-trip", lambda dtype, seed: _nir_round_trip(
+            synfire(dtype, seed, max(steps, 10)), dtype)
+
+
+def _nir_round_trip(network: Network, dtype: DType) -> Network:
+    """``network`` written as a NIR graph and read back: it must still be the same."""
+    from polyhal.conformance.snn_networks import DT
+    from polyhal.interop.nir import load_nir, to_nir
+
+    graph, inputs = network
+    return load_nir(to_nir(graph), dt=DT, method="euler", reset="v_reset", dtype=dtype), inputs
 
 
 def generate(caps: Capabilities, profile: Profile) -> Iterator[Case]:

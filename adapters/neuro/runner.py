@@ -1,0 +1,191 @@
+"""Running a network on a brian2 target: runtime (numpy, Cython) or cpp_standalone.
+
+brian2 keeps process-wide state (the active device, the working directory a
+standalone run changes into), so every build and run holds :data:`BRIAN_LOCK`.
+
+- :class:`RuntimeRunner` builds the network once, stores its initial state,
+  and for each run restores it and runs with the inputs as TimedArrays in
+  the run namespace. Code objects are generated on each run; Cython caches
+  the compiled ones by their code, which the inputs do not change.
+- :class:`StandaloneRunner` generates and compiles a C++ project once, in a
+  cache folder named by the network's fingerprint, and reruns the binary
+  with the inputs passed as ``run_args`` (new TimedArray values, no rebuild).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from polyhal.adapters.neuro.network import BrianNetwork
+from polyhal.adapters.neuro.plan import NetworkPlan
+from polyhal.errors import DeviceError
+
+BRIAN_LOCK = threading.RLock()
+"""Held around everything that touches brian2."""
+
+TARGETS = ("numpy", "cython", "cpp_standalone")
+"""The brian2 code-generation targets the adapter offers."""
+
+
+def cache_root() -> Path:
+    """Where standalone projects live: ``$POLYHAL_CACHE_DIR/neuro`` (or ``~/.cache/polyhal``)."""
+    root = os.environ.get("POLYHAL_CACHE_DIR") or Path.home() / ".cache" / "polyhal"
+    path = Path(root) / "neuro"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def device_fault(net: BrianNetwork | None, stage: str, exc: BaseException) -> DeviceError:
+    """A brian2 failure as a :class:`DeviceError` naming the node behind the object."""
+    name = getattr(exc, "_brian_objname", None)
+    where = f" in {name!r} (node {net.owner_of(name)!r})" if name and net is not None else ""
+    message = getattr(exc, "_brian_message", "") or f"{type(exc).__name__}: {exc}"
+    cause = exc.__cause__  # a BrianObjectException is raised from the original error
+    if name and cause is not None:
+        message += f" ({type(cause).__name__}: {cause})"
+    return DeviceError(f"neuro: brian2 failed to {stage}{where}: {message}")
+
+
+class RuntimeRunner:
+    """A network run in this process, by numpy or by Cython-compiled code objects."""
+
+    def __init__(self, plan: NetworkPlan, target: str, spike_inputs: frozenset[str]) -> None:
+        if target == "cython":
+            from brian2.codegen.runtime.cython_rt import CythonCodeObject as codeobj_class
+        else:
+            from brian2.codegen.runtime.numpy_rt import NumpyCodeObject as codeobj_class
+        self.plan = plan
+        self.net: BrianNetwork | None = None
+        with BRIAN_LOCK:
+            try:
+                self.net = BrianNetwork(plan, codeobj_class, spike_inputs)
+                self.net.network.store("initial")
+            except Exception as exc:
+                raise device_fault(self.net, "build the network", exc) from exc
+        zeros = [np.zeros((plan.steps, plan.batch, *shape)) for _, shape in plan.inputs]
+        # A run of no steps generates (and for Cython compiles) every code object now,
+        # so compile() pays for it and reports what fails.
+        self._run(zeros, 0)
+
+    def run(self, arrays: list[np.ndarray]) -> dict[tuple[str, str], np.ndarray]:
+        """Recorded outputs for graph inputs ``arrays``."""
+        return self._run(arrays, self.plan.steps)
+
+    def _run(self, arrays: list[np.ndarray], steps: int) -> dict[tuple[str, str], np.ndarray]:
+        net = self.net
+        assert net is not None
+        b2 = net.b2
+        # inf and NaN from inf and NaN inputs are IEEE-correct results, not faults.
+        with BRIAN_LOCK, np.errstate(all="ignore"):
+            try:
+                net.network.restore("initial")
+                namespace = net.timed_arrays(net.feed_values(arrays))
+                net.network.run(steps * self.plan.dt * b2.second, namespace=namespace,
+                                report=None)
+                return net.collect() if steps else {}
+            except Exception as exc:
+                raise device_fault(net, "run", exc) from exc
+
+    def counters(self) -> dict[str, float]:
+        """Counters of the last run."""
+        assert self.net is not None
+        with BRIAN_LOCK:
+            return self.net.counters()
+
+
+class StandaloneRunner:
+    """A network compiled to a C++ binary by brian2's cpp_standalone device."""
+
+    def __init__(self, plan: NetworkPlan, directory: Path, spike_inputs: frozenset[str]
+                 ) -> None:
+        from brian2.devices.cpp_standalone.device import CPPStandaloneDevice
+        from brian2.devices.device import reset_device, set_device
+        from brian2.utils.filelock import FileLock
+
+        self.plan = plan
+        self.directory = directory
+        self.lock = FileLock(str(directory) + ".lock")
+        self.net: BrianNetwork | None = None
+        # A device of our own, so that several projects can live in one process.
+        self.device = CPPStandaloneDevice()
+        with BRIAN_LOCK, self.lock:
+            set_device(self.device, build_on_run=False)
+            try:
+                self.net = BrianNetwork(plan, None, spike_inputs)
+                values = self.net.feed_values(
+                    [np.zeros((plan.steps, plan.batch, *shape)) for _, shape in plan.inputs])
+                self.placeholders = self.net.timed_arrays(values)
+                self.net.network.run(plan.steps * plan.dt * self.net.b2.second,
+                                     namespace=dict(self.placeholders), report=None)
+                self.device.build(directory=str(directory), compile=True, run=False,
+                                  with_output=False)
+            except Exception as exc:
+                raise device_fault(self.net, "build the standalone project", exc) from exc
+            finally:
+                reset_device()
+
+    def run(self, arrays: list[np.ndarray]) -> dict[tuple[str, str], np.ndarray]:
+        """Recorded outputs for graph inputs ``arrays`` (the binary reruns, no rebuild)."""
+        net = self.net
+        assert net is not None
+        values = net.feed_values(arrays)
+        run_args: dict[Any, np.ndarray] = {self.placeholders[k]: v for k, v in values.items()}
+        with BRIAN_LOCK, self.lock:
+            try:
+                self.device.run(directory=str(self.directory), with_output=False,
+                                run_args=run_args)
+                return net.collect()
+            except Exception as exc:
+                raise device_fault(net, "run the standalone binary", exc) from exc
+            finally:
+                self._forget_run_args()
+
+    def _forget_run_args(self) -> None:
+        # run_args arrays are written next to the project's static arrays, one file per
+        # distinct input: remove them so that the cache folder does not grow per run.
+        static = self.directory / "static_arrays"
+        for name in self.device.run_args_arrays:
+            for path in (static / name, static / f"{name}.lock"):
+                path.unlink(missing_ok=True)
+        self.device.run_args_arrays.clear()
+
+    def counters(self) -> dict[str, float]:
+        """Counters of the last run."""
+        assert self.net is not None
+        with BRIAN_LOCK:
+            return self.net.counters()
+
+
+_standalone: dict[str, StandaloneRunner] = {}
+
+
+Runner = RuntimeRunner | StandaloneRunner
+
+
+def runner_for(plan: NetworkPlan, target: str, spike_inputs: frozenset[str]
+               ) -> tuple[Runner, float]:
+    """A runner of ``plan`` on ``target`` and the seconds it took to build.
+
+    ``spike_inputs``: the graph inputs whose values are all 0 or 1. Standalone
+    projects are cached by the plan's fingerprint: in this process as runners,
+    on disk as compiled projects (a rebuild recompiles only what changed).
+    """
+    start = time.perf_counter()
+    if target != "cpp_standalone":
+        return RuntimeRunner(plan, target, spike_inputs), time.perf_counter() - start
+    import brian2
+
+    key = plan.fingerprint(target, brian2.__version__, sorted(spike_inputs))
+    directory = cache_root() / f"standalone-{key[:20]}"
+    with BRIAN_LOCK:
+        runner = _standalone.get(str(directory))
+        if runner is None:
+            runner = StandaloneRunner(plan, directory, spike_inputs)
+            _standalone[str(directory)] = runner
+    return runner, time.perf_counter() - start

@@ -1,0 +1,204 @@
+"""Reading NIR's HDF5 files into ``nir`` objects, checked field by field.
+
+The file is read with h5py, never through code it names: only hard links are
+followed (no external links, no virtual datasets), only numeric and string
+datasets are read, and every dataset is checked against the load limits
+*before* it is decompressed, so a small file cannot inflate into a huge
+tensor. Each node is then built by the ``nir`` class of its type; a field
+that is missing, unknown or malformed is a :class:`SerializationError` naming
+the node and the field.
+
+A file whose HDF5 metadata is damaged on purpose can make libhdf5 itself
+loop (seen reading a damaged variable-length string dataset), in C, below
+anything Python can interrupt: :func:`read_nir_file` therefore parses in a
+worker process that is stopped after a timeout
+(:func:`polyhal.interop.worker.call_with_timeout`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+import h5py
+import nir
+import numpy as np
+
+from polyhal.errors import LimitExceededError, PolyhalError, SerializationError, VerificationError
+from polyhal.interop.nir.primitives import check_supported
+from polyhal.interop.nir.structure import MAX_DEPTH
+from polyhal.interop.worker import DEFAULT_TIMEOUT_S, call_with_timeout
+from polyhal.ir.limits import Limits
+
+_SHAPE_FIELD = {"Input": "shape", "Output": "shape"}
+"""Types whose file field differs from the constructor: Input/Output store ``shape``."""
+_OPTIONAL = {"Conv1d": {"input_shape"}, "Conv2d": {"input_shape"}, "Flatten": {"input_type"}}
+"""Fields a file may omit although the constructor has no default."""
+
+
+def read_nir_file(path: str | os.PathLike[str], limits: Limits,
+                  timeout_s: float = DEFAULT_TIMEOUT_S) -> nir.NIRGraph:
+    """The NIR graph in the file at ``path``, read without executing anything from it,
+    in a worker process stopped after ``timeout_s``.
+
+    Errors do not repeat ``path``: :func:`~polyhal.interop.nir.load_nir` adds it.
+    """
+    return call_with_timeout(_read, (Path(path), limits), "reading the NIR file", timeout_s)
+
+
+def _read(path: Path, limits: Limits) -> nir.NIRGraph:
+    try:
+        size = path.stat().st_size
+        if not path.is_file():
+            raise SerializationError("cannot read NIR file (not a regular file)")
+    except OSError as exc:
+        raise SerializationError(f"cannot read NIR file ({exc.strerror or exc})") from None
+    if size > limits.max_total_bytes:
+        raise LimitExceededError(f"the file's {size} bytes exceed the limit of "
+                                 f"{limits.max_total_bytes} (see polyhal.ir.Limits)")
+    try:
+        handle = h5py.File(path, "r")
+    except OSError as exc:
+        raise SerializationError(f"not a NIR file (HDF5 cannot open it: {exc})") from None
+    try:
+        with handle:
+            return _Reader(limits).graph(_child(handle, "node", "the file"), "", 0)
+    except PolyhalError:
+        raise
+    except (OSError, RuntimeError, KeyError, ValueError, TypeError, IndexError) as exc:
+        raise SerializationError(f"the NIR file is damaged or truncated "
+                                 f"({type(exc).__name__}: {exc})") from None
+
+
+def _child(group: h5py.Group, key: str, where: str) -> Any:
+    """``group[key]`` through a hard link only; a SerializationError if it is absent."""
+    link = group.get(key, getlink=True)
+    if link is None:
+        raise SerializationError(f"{where} has no {key!r} entry")
+    if not isinstance(link, h5py.HardLink):
+        raise SerializationError(f"{where}: {key!r} is a {type(link).__name__}; NIR files hold "
+                                 "their data in the file itself")
+    return group[key]
+
+
+def _label(path: str) -> str:
+    return f"NIR node {path!r}" if path else "the NIR graph"
+
+
+class _Reader:
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.total_bytes = 0
+        self.nodes = 0
+
+    def value(self, dataset: Any, where: str) -> Any:
+        """A dataset's content: a str, a number, an array of numbers or of str."""
+        if not isinstance(dataset, h5py.Dataset):
+            raise SerializationError(f"{where} is a group, expected a value")
+        if dataset.is_virtual:
+            raise SerializationError(f"{where} is a virtual dataset (it points at other files)")
+        text = h5py.check_string_dtype(dataset.dtype) is not None
+        if not text and dataset.dtype.kind not in "biuf":
+            raise SerializationError(f"{where} has element type {dataset.dtype}; NIR stores "
+                                     "numbers and strings")
+        self.limits.check_shape(dataset.shape, where)
+        self.total_bytes += dataset.size * dataset.dtype.itemsize
+        if self.total_bytes > self.limits.max_total_bytes:
+            raise LimitExceededError(f"{where}: the file's tensors exceed "
+                                     f"{self.limits.max_total_bytes} bytes in total")
+        data = dataset[()]
+        if not text:
+            return data
+        if isinstance(data, bytes):
+            return _decode(data, where)
+        return np.vectorize(lambda b: _decode(b, where), otypes=[object])(data)
+
+    def graph(self, group: Any, path: str, depth: int) -> nir.NIRGraph:
+        where = _label(path)
+        if depth > MAX_DEPTH:
+            raise SerializationError(f"{where}: subgraphs nest deeper than {MAX_DEPTH} levels")
+        if not isinstance(group, h5py.Group):
+            raise SerializationError(f"{where} is a value, expected a group")
+        if depth == 0:
+            kind = self.value(_child(group, "type", where), f"{where}: 'type'")
+            if kind != "NIRGraph":
+                raise SerializationError(f"the file holds a single {kind!r} node, not a NIRGraph;"
+                                         " polyhal loads graphs (wrap it: NIRGraph.from_list)")
+        nodes_group = _child(group, "nodes", where)
+        if not isinstance(nodes_group, h5py.Group):
+            raise SerializationError(f"{where}: 'nodes' is a value, expected a group")
+        nodes = {}
+        for key in nodes_group:
+            self.nodes += 1
+            if self.nodes > self.limits.max_nodes:
+                raise LimitExceededError(f"{where}: more than {self.limits.max_nodes} nodes")
+            inner = f"{path}.{key}" if path else key
+            nodes[key] = self.node(_child(nodes_group, key, where), inner, depth)
+        edges = self.edges(_child(group, "edges", where), where)
+        return nir.NIRGraph(nodes=nodes, edges=edges, type_check=False)
+
+    def edges(self, dataset: Any, where: str) -> list[tuple[str, str]]:
+        data = self.value(dataset, f"{where}: 'edges'")
+        if isinstance(data, np.ndarray) and data.size == 0:
+            return []
+        if not (isinstance(data, np.ndarray) and data.ndim == 2 and data.shape[1] == 2
+                and data.dtype == object):
+            raise SerializationError(f"{where}: 'edges' must be pairs of node names, got "
+                                     f"{np.shape(data)}")
+        return [(str(a), str(b)) for a, b in data]
+
+    def node(self, group: Any, path: str, depth: int) -> nir.NIRNode:
+        where = _label(path)
+        if not isinstance(group, h5py.Group):
+            raise SerializationError(f"{where} is a value, expected a group")
+        kind = self.value(_child(group, "type", where), f"{where}: 'type'")
+        if not isinstance(kind, str):
+            raise SerializationError(f"{where}: 'type' must be a string, got {kind!r}")
+        if kind == "NIRGraph":
+            return self.graph(group, path, depth + 1)
+        check_supported(kind, path)
+        cls = getattr(nir, kind)
+        fields = {f.name: f for f in dataclasses.fields(cls) if f.init and f.name != "metadata"}
+        if kind in _SHAPE_FIELD:
+            fields = {"shape": None}
+        given = {key: self.value(_child(group, key, where), f"{where}: field {key!r}")
+                 for key in group if key not in ("type", "metadata")}
+        unknown = sorted(set(given) - set(fields))
+        if unknown:
+            raise SerializationError(f"{where} ({kind}): unknown field {unknown[0]!r} (nir "
+                                     f"{nir.__version__} knows {', '.join(sorted(fields))})")
+        for name, spec in fields.items():
+            required = spec is None or (spec.default is dataclasses.MISSING
+                                        and spec.default_factory is dataclasses.MISSING)
+            if name not in given and required and name not in _OPTIONAL.get(kind, ()):
+                raise SerializationError(f"{where} ({kind}) has no field {name!r}")
+        return _construct(kind, cls, given, where)
+
+
+def _construct(kind: str, cls: type, given: dict[str, Any], where: str) -> nir.NIRNode:
+    if kind == "Input":
+        kwargs: dict[str, Any] = {"input_type": {"input": given["shape"]}}
+    elif kind == "Output":
+        kwargs = {"output_type": {"output": given["shape"]}}
+    elif kind == "Flatten":
+        kwargs = {**given, "input_type": {"input": given.get("input_type")}}
+    elif kind in ("Conv1d", "Conv2d"):
+        kwargs = {"input_shape": None, **given}
+    else:
+        kwargs = given
+    try:
+        return cls(**kwargs)
+    except (AssertionError, ValueError, TypeError, IndexError, AttributeError) as exc:
+        raise VerificationError(f"{where} ({kind}): nir rejects its fields: "
+                                f"{exc or type(exc).__name__}") from None
+
+
+def _decode(data: Any, where: str) -> str:
+    if isinstance(data, str):
+        return data
+    try:
+        return bytes(data).decode("utf-8")
+    except (UnicodeDecodeError, TypeError):
+        raise SerializationError(f"{where}: a string is not valid UTF-8") from None
