@@ -22,14 +22,10 @@ from polyhal.errors import (
     VerificationError,
 )
 from polyhal.hal import CompileOptions, open_device
-from polyhal.hal.registry import adapters, register
 from polyhal.ir import DType, Graph, GraphBuilder, TensorType
 from polyhal.ops import get_op, snn
 from polyhal.ops.snn import METHODS, RESETS, SPIKING
 from polyhal.reference import run
-
-if "neuro" not in adapters():  # installed metadata older than the entry point
-    register(NeuroAdapter)
 
 DT = 1e-3
 F64 = DType.FLOAT64
