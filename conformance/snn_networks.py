@@ -54,6 +54,8 @@ def neuron(op: str, x: Any, rng: np.random.Generator, dtype: DType, n: int, meth
         return snn.li(x, tau, r, leak, **timing)
     if op == "Integrator":
         return snn.integrator(x, r * 40, **timing)
+    if op == "Threshold":
+        return snn.threshold(x, threshold)
     raise ValueError(f"no population builder for snn.{op}")
 
 

@@ -14,6 +14,7 @@ import polyhal
 from polyhal.adapters.neuro import NeuroAdapter
 from polyhal.adapters.neuro.maps import SynapseMap, conv_map
 from polyhal.conformance import run_suite
+from polyhal.conformance.snn_networks import neuron
 from polyhal.errors import (
     DeviceError,
     InputBindingError,
@@ -42,22 +43,7 @@ def _u(rng, low, high, shape):
 
 def _neuron(op, x, rng, n, method, reset, outputs=1):
     """``op`` on ``x`` with seeded parameters that make it fire within a few steps."""
-    tau, r, leak = _u(rng, 4e-3, 1.2e-2, n), _u(rng, 0.8, 1.2, n), _u(rng, -0.05, 0.05, n)
-    threshold, v_reset = _u(rng, 0.2, 0.5, n), _u(rng, -0.1, 0.0, n)
-    timing = {"dt": DT, "method": method}
-    spiking = {**timing, "reset": reset, "num_outputs": outputs}
-    if op == "LIF":
-        return snn.lif(x, tau, r, leak, threshold, v_reset, **spiking)
-    if op == "CubaLIF":
-        return snn.cuba_lif(x, _u(rng, 2e-3, 6e-3, n), tau, r, leak, threshold, v_reset,
-                            _u(rng, 0.8, 1.5, n), **spiking)
-    if op == "IF":
-        return snn.if_(x, r * 40, threshold, v_reset, **spiking)
-    if op == "LI":
-        return snn.li(x, tau, r, leak, **timing)
-    if op == "Integrator":
-        return snn.integrator(x, r * 40, **timing)
-    return snn.threshold(x, threshold)
+    return neuron(op, x, rng, F64, n, method, reset, outputs)
 
 
 def _spike_outputs(graph: Graph) -> set[str]:
