@@ -12,6 +12,7 @@ are listed, with reasons, in ``unsettled.toml``.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ import numpy as np
 from polyhal.conformance.cases import Case
 from polyhal.conformance.profiles import Profile
 from polyhal.conformance.tolerances import Tolerance
-from polyhal.errors import PolyhalError
+from polyhal.errors import ConformanceError, PolyhalError
 from polyhal.hal.capabilities import Capabilities
 from polyhal.ops.registry import lookup
 from polyhal.runtime.placement import node_reason
@@ -95,6 +96,10 @@ def _refuse(error: PolyhalError, device: Any) -> tuple[bool, str]:
 
 def generate(caps: Capabilities, profile: Profile) -> Iterator[Case]:
     """The node test cases whose ops a device with ``caps`` claims."""
+    if importlib.util.find_spec("onnx") is None:
+        raise ConformanceError("level onnx takes its cases from the onnx package, which is "
+                               "not installed: pip install 'polyhal[onnx]', or choose levels "
+                               "with --level")
     from polyhal.interop.onnx import load_onnx
 
     for node_case in node_cases():

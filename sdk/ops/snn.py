@@ -125,6 +125,16 @@ def _neuron_infer(positive: Sequence[str], spiking: bool) -> Callable[[InferCont
 # --------------------------------------------------------------------------- dynamics
 
 
+def _positive(**params: np.ndarray) -> None:
+    """Time constants given at run time must be > 0 (constants are checked by inference)."""
+    from polyhal.errors import ExecutionError
+
+    for name, value in params.items():
+        if not np.all(value > 0):
+            raise ExecutionError(f"input {name} must be > 0 everywhere, got min "
+                                 f"{np.min(value) if np.size(value) else 'none'}")
+
+
 def _leak(v: np.ndarray, drive: np.ndarray, tau: np.ndarray, dt: float, method: str
           ) -> np.ndarray:
     """One step of ``tau dv/dt = drive - v`` (``drive`` held over the step)."""
@@ -143,6 +153,7 @@ def _spike(v: np.ndarray, v_threshold: np.ndarray, v_reset: np.ndarray | None, r
 def _lif(x: np.ndarray, tau: np.ndarray, r: np.ndarray, v_leak: np.ndarray,
          v_threshold: np.ndarray, v_reset: np.ndarray | None = None, *, dt: float, method: str,
          reset: str) -> tuple[np.ndarray, np.ndarray]:
+    _positive(tau=tau)
     v_reset = np.zeros_like(v_threshold) if v_reset is None else v_reset
     spikes, trace = np.empty_like(x), np.empty_like(x)
     v = np.zeros(x.shape[1:], x.dtype)
@@ -175,6 +186,7 @@ def _cuba_lif(x: np.ndarray, tau_syn: np.ndarray, tau_mem: np.ndarray, r: np.nda
               v_leak: np.ndarray, v_threshold: np.ndarray, v_reset: np.ndarray | None = None,
               w_in: np.ndarray | None = None, *, dt: float, method: str, reset: str
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    _positive(tau_syn=tau_syn, tau_mem=tau_mem)
     v_reset = np.zeros_like(v_threshold) if v_reset is None else v_reset
     w_in = np.ones_like(v_threshold) if w_in is None else w_in
     spikes, trace, current = np.empty_like(x), np.empty_like(x), np.empty_like(x)
@@ -202,6 +214,7 @@ def _if(x: np.ndarray, r: np.ndarray, v_threshold: np.ndarray,
 
 def _li(x: np.ndarray, tau: np.ndarray, r: np.ndarray, v_leak: np.ndarray, *, dt: float,
         method: str) -> np.ndarray:
+    _positive(tau=tau)
     trace = np.empty_like(x)
     v = np.zeros(x.shape[1:], x.dtype)
     for t in range(x.shape[0]):

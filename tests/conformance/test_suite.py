@@ -12,6 +12,7 @@ import jsonschema
 import pytest
 
 from polyhal.conformance.manifest import Entry, Manifest, read_manifest
+from polyhal.conformance.profiles import get_profile
 from polyhal.conformance.report import SCHEMA_PATH
 from polyhal.conformance.runner import (
     CaseResult,
@@ -134,3 +135,16 @@ def test_pytest_plugin_runs_the_cases(tmp_path):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert " passed" in result.stdout
     assert "failed" not in result.stdout.splitlines()[-1]
+
+
+def test_onnx_level_without_onnx_is_a_clear_error(monkeypatch):
+    import importlib.util
+
+    from polyhal.conformance.levels import onnx_node
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "onnx" else real(name, *a))
+    with open_device("reference") as device, pytest.raises(ConformanceError,
+                                                           match=r"polyhal\[onnx\]"):
+        list(onnx_node.generate(device.capabilities, get_profile("ci")))

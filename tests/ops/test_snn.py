@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from polyhal.errors import VerificationError
+from polyhal.errors import ExecutionError, VerificationError
 from polyhal.ir import DType, GraphBuilder, TensorType
 from polyhal.ops import snn
 from polyhal.reference import run
@@ -201,3 +201,14 @@ def _lif(tau=1e-2, dt=DT, method="euler", reset="v_reset", params=None):
 def test_bad_snn_nodes_are_verification_errors(build, shape, message):
     with pytest.raises(VerificationError, match=message):
         _graph(build, shape)
+
+
+def test_time_constants_given_at_run_time_are_checked():
+    g = GraphBuilder("t")
+    x = g.input("x", TensorType(F64, ("time", "batch", 2)))
+    tau = g.input("tau", TensorType(F64, (2,)))
+    g.output(snn.li(x, tau, np.ones(2), np.zeros(2), dt=DT, method="euler"))
+    graph = g.build()
+    assert run(graph, np.ones((3, 1, 2)), np.full(2, 1e-2))
+    with pytest.raises(ExecutionError, match="tau must be > 0"):
+        run(graph, np.ones((3, 1, 2)), np.array([1e-2, 0.0]))
