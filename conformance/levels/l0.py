@@ -51,8 +51,9 @@ def _refuses(case: Case, device: Device) -> tuple[bool, str]:
 
 
 def _first_case(caps: Capabilities, claimed: bool, dtype: DType | None = None) -> Case | None:
-    """A rank-2 (or rank-1) case of the first op that is (un)claimed as asked."""
-    for op in all_ops("core"):
+    """A rank-2 (or rank-1) case of the first op that is (un)claimed as asked (core ops
+    first, then the other domains)."""
+    for op in sorted(all_ops(), key=lambda op: (op.domain != "core", op.domain, op.name)):
         dtypes = primary_dtypes(op, caps) if claimed else sorted(
             op.type_vars[op.inputs[0].type_var] - caps.ops.get(op.qualified_name, frozenset()),
             key=lambda d: d.value) if op.inputs else []
