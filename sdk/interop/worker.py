@@ -35,7 +35,13 @@ def _child(connection: Any, fn: Callable[..., Any], args: tuple[Any, ...]) -> No
 def call_with_timeout(fn: Callable[..., Any], args: tuple[Any, ...], what: str,
                       timeout_s: float = DEFAULT_TIMEOUT_S) -> Any:
     """``fn(*args)`` in a forked child process; a :class:`SerializationError` naming
-    ``what`` when it runs past ``timeout_s`` or dies."""
+    ``what`` when it runs past ``timeout_s`` or dies.
+
+    A daemonic process may not start children: there ``fn`` runs in-process,
+    without the timeout.
+    """
+    if multiprocessing.current_process().daemon:
+        return fn(*args)
     context = multiprocessing.get_context("fork")
     parent, child = context.Pipe(duplex=False)
     process = context.Process(target=_child, args=(child, fn, args), daemon=True)

@@ -40,3 +40,18 @@ def test_errors_keep_their_type_and_results_come_back():
     with pytest.raises(LimitExceededError, match="too big"):
         call_with_timeout(_refuse, (), "reading the file")
     assert call_with_timeout(sorted, ([3, 1, 2],), "sorting") == [1, 2, 3]
+
+
+def _in_daemon(queue) -> None:
+    queue.put(call_with_timeout(sorted, ([2, 1],), "sorting"))
+
+
+def test_a_daemonic_process_parses_in_process():
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    process = context.Process(target=_in_daemon, args=(queue,), daemon=True)
+    process.start()
+    assert queue.get(timeout=30) == [1, 2]
+    process.join(timeout=30)
