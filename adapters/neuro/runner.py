@@ -164,6 +164,9 @@ class StandaloneRunner:
 
 
 _standalone: dict[str, StandaloneRunner] = {}
+_runtime: dict[str, RuntimeRunner] = {}
+RUNTIME_CACHE_SIZE = 32
+"""numpy/Cython networks kept for reuse in one process (least recently used dropped)."""
 
 
 Runner = RuntimeRunner | StandaloneRunner
@@ -173,17 +176,24 @@ def runner_for(plan: NetworkPlan, target: str, spike_inputs: frozenset[str]
                ) -> tuple[Runner, float]:
     """A runner of ``plan`` on ``target`` and the seconds it took to build.
 
-    ``spike_inputs``: the graph inputs whose values are all 0 or 1. Standalone
-    projects are cached by the plan's fingerprint: in this process as runners,
-    on disk as compiled projects (a rebuild recompiles only what changed).
+    ``spike_inputs``: the graph inputs whose values are all 0 or 1. Runners are
+    cached by the plan's fingerprint, so compiling the same network again costs
+    nothing: numpy and Cython runners in this process (the
+    :data:`RUNTIME_CACHE_SIZE` most recently used), standalone projects as runners
+    and on disk as compiled projects (a rebuild recompiles only what changed).
     """
     start = time.perf_counter()
     _quiet_brian2()
-    if target != "cpp_standalone":
-        return RuntimeRunner(plan, target, spike_inputs), time.perf_counter() - start
     import brian2
 
     key = plan.fingerprint(target, brian2.__version__, sorted(spike_inputs))
+    if target != "cpp_standalone":
+        with BRIAN_LOCK:  # every run restores the stored initial state, so runners share
+            runner = _runtime.pop(key, None) or RuntimeRunner(plan, target, spike_inputs)
+            _runtime[key] = runner  # most recently used last
+            while len(_runtime) > RUNTIME_CACHE_SIZE:
+                _runtime.pop(next(iter(_runtime)))
+        return runner, time.perf_counter() - start
     directory = cache_root() / f"standalone-{key[:20]}"
     with BRIAN_LOCK:
         runner = _standalone.get(str(directory))

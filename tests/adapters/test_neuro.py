@@ -402,3 +402,23 @@ def test_neuro_passes_bring_up_and_snn_conformance_with_an_empty_manifest():
                        if c.outcome != "passed"][:10]
     assert report.summary["xfail"] == 0
     assert report.coverage["snn"]["claimed"] == report.coverage["snn"]["total"]
+
+
+def test_the_same_network_compiled_twice_is_built_once(neuro):
+    rng = np.random.default_rng(11)
+    weights = rng.uniform(0, 1, (4, 3))
+
+    def build(w):
+        return _graph((10, 1, 3), lambda x: _neuron("LIF", snn.linear(x, w),
+                                                     np.random.default_rng(0), 4, "euler",
+                                                     "v_reset"))
+
+    x = (rng.random((10, 1, 3)) < 0.5).astype(np.float64)
+    first, second = (neuro.compile(build(weights), CompileOptions()) for _ in range(2))
+    other = neuro.compile(build(weights * 0.5), CompileOptions())
+    results = [[neuro.download(b) for b in e.run([neuro.upload(x)])] for e in
+               (first, second, other)]
+    assert first.inner._last[0] is second.inner._last[0]  # one brian2 network, reused
+    assert other.inner._last[0] is not first.inner._last[0]
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+    check_against_reference(build(weights * 0.5), [x], neuro)
