@@ -208,3 +208,16 @@ def test_float32_erf_is_accurate_everywhere(op, bound):
     assert error.max() <= bound, error.max()  # the conformance tolerance is 4e-5
     assert np.array_equal(actual[~finite & ~np.isnan(expected)],
                           expected[~finite & ~np.isnan(expected)])
+
+
+@pytest.mark.parametrize(("shape", "k", "n"), [((2, 3, 4), 4, 5), ((0, 3, 4), 4, 5),
+                                               ((2, 3, 0), 0, 5), ((2, 3, 4), 4, 0)])
+def test_batched_matmul_into_the_arena_is_one_folded_product(shape, k, n):
+    g = GraphBuilder("m")
+    x = g.input("x", f32[shape])
+    g.output(ops.relu(x @ np.linspace(-1, 1, k * n, dtype=np.float32).reshape(k, n)), name="y")
+    graph = g.build()
+    a = np.random.default_rng(0).uniform(-1, 1, shape).astype(np.float32)
+    actual = polyhal.compile(graph, device="cpu")(a)["y"]
+    np.testing.assert_allclose(actual, run(graph, a)["y"], rtol=1e-6, atol=1e-6)
+    assert actual.shape == (*shape[:-1], n)
