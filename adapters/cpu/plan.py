@@ -15,7 +15,6 @@ reference kernel). Buffers come from an arena planned once per plan:
 
 from __future__ import annotations
 
-import math
 import queue
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from polyhal.adapters.cpu.fusion import FusionGroup, find_groups, fused_step
-from polyhal.adapters.cpu.kernels import FAST_KERNELS
+from polyhal.adapters.cpu.kernels import FAST_KERNELS, linalg
 from polyhal.ir.graph import Graph, Node
 from polyhal.ir.types import TensorType
 from polyhal.ir.verify import resolve_attrs
@@ -177,17 +176,9 @@ class PlanBuilder:
             buffer = buffers[0]
 
             def step(env: Env, arena: Arena) -> None:
-                x, w = env[a], env[b]
                 target = arena[buffer] if buffer is not None else None
                 with np.errstate(all="ignore"):
-                    if target is not None and x.ndim > 2 and w.ndim == 2 and x.flags.c_contiguous:
-                        # [..., M, K] @ [K, N] as one [B*M, K] @ [K, N] BLAS call, not B calls
-                        rows = math.prod(x.shape[:-1])  # explicit: -1 fails on empty
-                        np.matmul(x.reshape(rows, x.shape[-1]), w,
-                                  out=target.reshape(rows, w.shape[-1]))
-                        env[out] = target
-                    else:
-                        env[out] = np.matmul(x, w, out=target)
+                    env[out] = linalg.matmul(env[a], env[b], out=target)
 
             return step
 

@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
-from polyhal.errors import UnsupportedError
 from polyhal.hal import (
     Adapter,
     Buffer,
@@ -56,9 +55,6 @@ class ReferenceDevice(HostMemoryDevice):
 
 
     def compile(self, graph: Graph, options: CompileOptions) -> Executable:
-        if options.precision != "fp32":
-            raise UnsupportedError(f"reference computes in fp32 (or wider), not "
-                                   f"{options.precision}")
         return ReferenceExecutable(self, graph)
 
 

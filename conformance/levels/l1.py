@@ -12,7 +12,7 @@ from polyhal.conformance.profiles import Profile
 from polyhal.conformance.recipes import recipe_for
 from polyhal.hal.capabilities import Capabilities
 from polyhal.ops.registry import OpDef, get_op
-from polyhal.runtime.placement import node_reason
+from polyhal.runtime.placement import covers
 
 
 def primary_dtypes(op: OpDef, caps: Capabilities) -> list:
@@ -26,7 +26,7 @@ def primary_dtypes(op: OpDef, caps: Capabilities) -> list:
 def covered(caps: Capabilities, case: Case) -> bool:
     """True when the device covers every node of the case's graph."""
     graph = case.graph
-    return graph is not None and all(node_reason(caps, graph, n) is None for n in graph.nodes)
+    return graph is not None and covers(caps, graph)
 
 
 def generate(caps: Capabilities, profile: Profile) -> Iterator[Case]:

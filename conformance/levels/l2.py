@@ -20,7 +20,7 @@ from polyhal.conformance.tolerances import Tolerance, tolerance_for
 from polyhal.hal.capabilities import Capabilities
 from polyhal.ir.dtypes import FLOAT_TYPES, DType
 from polyhal.ops.snn import FLOATS as SNN_FLOATS
-from polyhal.runtime.placement import decompose_for, node_reason
+from polyhal.runtime.placement import covers, decompose_for
 
 
 def generate(caps: Capabilities, profile: Profile) -> Iterator[Case]:
@@ -31,7 +31,7 @@ def generate(caps: Capabilities, profile: Profile) -> Iterator[Case]:
             for variant, seed in enumerate(profile.seeds):
                 graph, inputs = build(dtype, np.random.default_rng(seed))
                 graph = decompose_for(graph, caps)
-                if any(node_reason(caps, graph, n) is not None for n in graph.nodes):
+                if not covers(caps, graph):
                     continue
                 expected = reference_outputs(graph, inputs)
                 base = tolerance_for("core.MatMul", [DType.from_numpy(e.dtype) for e in expected])
@@ -45,7 +45,7 @@ def generate(caps: Capabilities, profile: Profile) -> Iterator[Case]:
         for dtype in (d for d in dtypes if d in SNN_FLOATS):
             for variant, seed in enumerate(profile.seeds):
                 graph, inputs = network(dtype, seed, steps)
-                if any(node_reason(caps, graph, n) is not None for n in graph.nodes):
+                if not covers(caps, graph):
                     continue
                 yield Case(f"L2/{name}/{dtype.value}/batch-{variant}", "L2", name, dtype.value,
                            "model", graph=graph, inputs=inputs,

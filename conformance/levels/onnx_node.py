@@ -26,7 +26,7 @@ from polyhal.conformance.tolerances import Tolerance
 from polyhal.errors import ConformanceError, PolyhalError
 from polyhal.hal.capabilities import Capabilities
 from polyhal.ops.registry import lookup
-from polyhal.runtime.placement import node_reason
+from polyhal.runtime.placement import covers
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ def generate(caps: Capabilities, profile: Profile) -> Iterator[Case]:
             case.check = functools.partial(_refuse, error)
             yield case
             continue
-        if any(node_reason(caps, graph, n) is not None for n in graph.nodes):
+        if not covers(caps, graph):
             continue  # a dtype the device does not claim
         case.graph = graph
         case.inputs = list(node_case.inputs)

@@ -14,7 +14,13 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from polyhal.errors import AdapterContractError, DeviceError, IRError, PolyhalError
+from polyhal.errors import (
+    AdapterContractError,
+    DeviceError,
+    IRError,
+    PolyhalError,
+    UnsupportedError,
+)
 from polyhal.hal.capabilities import Capabilities
 from polyhal.hal.contract import Buffer, CompileOptions, Device, Executable, Profile
 from polyhal.ir import dims as D
@@ -150,6 +156,10 @@ class CheckedDevice(Device):
 
     def compile(self, graph: Graph, options: CompileOptions) -> Executable:
         where = f"{self.address} Device.compile"
+        offered = self.capabilities.precisions
+        if options.precision not in offered:  # checked here once, for every adapter
+            raise UnsupportedError(f"{where}: precision {options.precision!r} is not offered "
+                                   f"(Capabilities.precisions: {', '.join(sorted(offered))})")
         executable = guarded(where, self.inner.compile, graph, options)
         if not isinstance(executable, Executable):
             raise AdapterContractError(f"{where} returned {type(executable).__name__}, not an "

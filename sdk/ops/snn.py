@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from polyhal.errors import ExecutionError, VerificationError
 from polyhal.ir import dims as D
 from polyhal.ir.dtypes import DType
 from polyhal.ir.types import TensorType
@@ -75,12 +76,10 @@ def _sequence(ctx: InferContext) -> TensorType:
     return x
 
 
-def _check_positive(ctx: InferContext, names: Sequence[str]) -> None:
-    for name in names:
-        value = ctx.attrs.get(name)
-        if value is not None and not (isinstance(value, int | float) and value > 0
-                                      and math.isfinite(value)):
-            raise ctx.error(f"attribute {name}={value!r} must be a finite number > 0")
+def _check_dt(ctx: InferContext) -> None:
+    dt = ctx.attrs["dt"]
+    if not (isinstance(dt, int | float) and dt > 0 and math.isfinite(dt)):
+        raise ctx.error(f"attribute dt={dt!r} must be a finite number > 0")
 
 
 def _check_params(ctx: InferContext, features: tuple[D.Dim, ...], first: int,
@@ -109,8 +108,8 @@ def _check_params(ctx: InferContext, features: tuple[D.Dim, ...], first: int,
 def _neuron_infer(positive: Sequence[str], spiking: bool) -> Callable[[InferContext], Any]:
     def infer(ctx: InferContext) -> list[TensorType]:
         x = _sequence(ctx)
-        _check_positive(ctx, ["dt"])
-        if ctx.attrs.get("method") is not None and ctx.attrs["method"] not in METHODS:
+        _check_dt(ctx)
+        if ctx.attrs["method"] not in METHODS:
             raise ctx.error(f"attribute method={ctx.attrs['method']!r} must be one of "
                             f"{', '.join(METHODS)}")
         if spiking and ctx.attrs["reset"] not in RESETS:
@@ -127,8 +126,6 @@ def _neuron_infer(positive: Sequence[str], spiking: bool) -> Callable[[InferCont
 
 def _positive(**params: np.ndarray) -> None:
     """Time constants given at run time must be > 0 (constants are checked by inference)."""
-    from polyhal.errors import ExecutionError
-
     for name, value in params.items():
         if not np.all(value > 0):
             raise ExecutionError(f"input {name} must be > 0 everywhere, got min "
@@ -237,8 +234,6 @@ def _threshold(x: np.ndarray, threshold: np.ndarray) -> np.ndarray:
 
 def delay_steps(delay: np.ndarray, dt: float, where: str = "snn.Delay") -> np.ndarray:
     """Delays in seconds as whole numbers of steps; an error unless each is one."""
-    from polyhal.errors import VerificationError
-
     steps = np.asarray(delay, np.float64) / dt
     rounded = np.rint(steps)
     # 1e-4 of a step: float32 delays are off by ~1e-7 relative, and no one means 2.0001.
@@ -262,7 +257,7 @@ def _delay(x: np.ndarray, delay: np.ndarray, *, dt: float) -> np.ndarray:
 
 def _infer_delay(ctx: InferContext) -> TensorType:
     x = _sequence(ctx)
-    _check_positive(ctx, ["dt"])
+    _check_dt(ctx)
     _check_params(ctx, x.shape[2:], 1)
     value = ctx.const(1)
     if value is not None:
@@ -295,7 +290,7 @@ def _linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -
     return y if bias is None else y + bias
 
 
-def _infer_scale(ctx: InferContext) -> TensorType:
+def _infer_per_neuron(ctx: InferContext) -> TensorType:
     x = _sequence(ctx)
     _check_params(ctx, x.shape[2:], 1)
     return x
@@ -471,7 +466,7 @@ _op("Integrator", (_X, _p("r", "Resistance.")), (Output("V", "T", doc="Integral.
     _neuron_infer([], False), _integrator, attrs=(_DT, _METHOD),
     doc="Integrator (NIR I): dV/dt = r X, V += dt r X; output V.")
 
-_op("Threshold", (_X, _p("threshold", "Threshold.")), (_Z,), _infer_scale, _threshold,
+_op("Threshold", (_X, _p("threshold", "Threshold.")), (_Z,), _infer_per_neuron, _threshold,
     doc="Heaviside: Z = X > threshold, per step.")
 
 _op("Delay", (_X, _p("delay", "Delay (s) per neuron, a whole multiple of dt.")),
@@ -487,7 +482,7 @@ _op("Affine", (_X, Input("weight", "T", doc="[out, in]."), Input("bias", "T", do
     (Output("Y", "T", doc="[T, B, out]."),), _infer_linear, _linear,
     doc="Y[t] = X[t] W^T + b, per step (NIR Affine).")
 
-_op("Scale", (_X, _p("scale", "Per-neuron factor.")), (Output("Y", "T"),), _infer_scale,
+_op("Scale", (_X, _p("scale", "Per-neuron factor.")), (Output("Y", "T"),), _infer_per_neuron,
     lambda x, scale: x * scale, doc="Y[t] = X[t] * scale, per step.")
 
 for _rank in (1, 2):

@@ -25,6 +25,11 @@ def node_reason(caps: Capabilities, graph: Graph, node: Node) -> str | None:
     return caps.uncovered_reason(node, inputs, outputs)
 
 
+def covers(caps: Capabilities, graph: Graph) -> bool:
+    """True when ``caps`` covers every node of ``graph``."""
+    return all(node_reason(caps, graph, n) is None for n in graph.nodes)
+
+
 def _decomposition_covered(caps: Capabilities, graph: Graph, node: Node) -> bool:
     g = GraphBuilder("probe")
     args = [g.input(f"in{i}", graph.value_type(name)) if name else None

@@ -173,3 +173,15 @@ def test_broken_adapter_is_graded(registered, adapter, defect_prefix, outcome):
         refused = [c for c in report.cases if c.id.startswith(defect_prefix)]
         assert {c.outcome for c in refused} == {"failed"}
         assert all("UnsupportedError" in c.message for c in refused)
+
+
+def test_a_precision_the_device_does_not_offer_is_refused_before_compile():
+    from polyhal import ops
+    from polyhal.errors import UnsupportedError
+    from polyhal.ir import GraphBuilder, f32
+
+    g = GraphBuilder("m")
+    g.output(ops.relu(g.input("x", f32[2])))
+    with open_device("template") as device, pytest.raises(
+            UnsupportedError, match=r"template:0 Device.compile: precision 'fp16' is not offered"):
+        device.compile(g.build(), CompileOptions(precision="fp16"))

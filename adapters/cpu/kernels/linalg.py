@@ -13,12 +13,14 @@ import math
 import numpy as np
 
 
-def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``core.MatMul``: numpy.matmul semantics."""
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``core.MatMul``: numpy.matmul semantics; ``out``, when given, must be C-contiguous."""
     if a.ndim > 2 and b.ndim == 2 and a.flags.c_contiguous:
-        rows = a.reshape(math.prod(a.shape[:-1]), a.shape[-1])  # explicit: -1 fails on empty
-        return np.matmul(rows, b).reshape(*a.shape[:-1], b.shape[-1])
-    return np.matmul(a, b)
+        rows = math.prod(a.shape[:-1])  # explicit: -1 fails on empty
+        flat_out = None if out is None else out.reshape(rows, b.shape[-1])
+        product = np.matmul(a.reshape(rows, a.shape[-1]), b, out=flat_out)
+        return product.reshape(*a.shape[:-1], b.shape[-1]) if out is None else out
+    return np.matmul(a, b, out=out)
 
 
 def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None, *, alpha: float,
