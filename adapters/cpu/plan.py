@@ -10,20 +10,30 @@ reference kernel). Buffers come from an arena planned once per plan:
 - a numpy ufunc step may write into the buffer of an input that dies at that
   step (in place; fused numba steps never do, see :meth:`PlanBuilder._fused`);
 - graph inputs and constants are never written; graph outputs that live in
-  the arena are copied out, so callers never see a buffer that is reused.
+  the arena are copied out, so callers never see a buffer that is reused;
+- a lowered 2-D Conv writes a **channels-last** buffer (``[N, H, W, C]`` memory
+  seen as ``[N, C, H, W]``, see :class:`~.kernels.conv.Conv2dLowering`), and an
+  elementwise step over a channels-last input of its output's shape writes one
+  too, so chains of Conv, bias, residual adds and activations stay channels-last
+  without a transpose; every other step sees an ordinary (strided) array, and
+  outputs are returned C-contiguous;
+- scratch buffers a step asks for (im2col columns, a zero-bordered padded
+  input) live in the arena too, shared by every step that asks for the same one.
 """
 
 from __future__ import annotations
 
+import math
 import queue
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from polyhal.adapters.cpu.fusion import FusionGroup, find_groups, fused_step
 from polyhal.adapters.cpu.kernels import FAST_KERNELS, linalg
+from polyhal.adapters.cpu.kernels.conv import Conv2dLowering
 from polyhal.ir.graph import Graph, Node
 from polyhal.ir.types import TensorType
 from polyhal.ir.verify import resolve_attrs
@@ -40,6 +50,30 @@ FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 Env = list[Any]
 Arena = list[np.ndarray]
 StepFn = Callable[[Env, Arena], None]
+Scratch = dict[str, tuple[tuple[int, ...], bool]]
+"""Scratch buffers a step needs, by name: ``(shape, zeroed)``."""
+
+
+@dataclass(frozen=True)
+class BufferSpec:
+    """One arena buffer: its logical shape, dtype and memory layout."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    channels_last: bool = False
+    """``[N, C, *S]`` stored as ``[N, *S, C]``."""
+    zeroed: bool = False
+    """Allocated filled with zeros (a padded input's border)."""
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * np.dtype(self.dtype).itemsize
+
+    def allocate(self) -> np.ndarray:
+        if self.channels_last:
+            n, c, *spatial = self.shape
+            return np.moveaxis(np.empty((n, *spatial, c), self.dtype), -1, 1)
+        return (np.zeros if self.zeroed else np.empty)(self.shape, self.dtype)
 
 
 @dataclass
@@ -53,9 +87,14 @@ class Step:
     """True when the output may share its buffer with an input that dies here."""
     preallocated: bool
     """True when the step writes into an arena buffer given to it."""
-    make: Callable[[list[int | None]], StepFn]
-    """Builds the step function once output buffers are assigned."""
+    make: Callable[[list[int | None], dict[str, int]], StepFn]
+    """Builds the step function once its output and scratch buffers are assigned."""
     out_types: list[TensorType]
+    follows_layout: bool = False
+    """True when the output may take a channels-last input's layout (elementwise)."""
+    channels_last: bool = False
+    """True when the output buffer must be channels-last."""
+    scratch: Scratch = field(default_factory=dict)
 
 
 def _low(dtype: np.dtype) -> bool:
@@ -120,7 +159,7 @@ class PlanBuilder:
         ins = [self.slot(v) for v in group.inputs]
         out = self.slot(group.output)
 
-        def make(buffers: list[int | None]) -> StepFn:
+        def make(buffers: list[int | None], scratch: dict[str, int]) -> StepFn:
             buffer = buffers[0]
 
             def step(env: Env, arena: Arena) -> None:
@@ -132,7 +171,7 @@ class PlanBuilder:
         # Not in place: a numba loop whose output overlaps an input fails LLVM's alias
         # check and runs scalar, at half the speed or less.
         return Step(f"fused[{','.join(n.op for n in group.nodes)}]", ins, [out], False, True,
-                    make, [self.graph.value_type(group.output)])
+                    make, [self.graph.value_type(group.output)], follows_layout=True)
 
     def _node(self, node: Node) -> Step:
         out_type = node.outputs[0].type
@@ -150,13 +189,54 @@ class PlanBuilder:
                 return self._matmul(node)
             if node.op == "Gemm":
                 return self._gemm(node)
+            if node.op == "Conv":
+                lowering = self._conv_lowering(node)
+                if lowering is not None:
+                    return self._conv(node, lowering)
         return self._kernel(node)
+
+    def _conv_lowering(self, node: Node) -> Conv2dLowering | None:
+        x_type, w_type = (self.graph.value_type(i) for i in node.inputs[:2])
+        if not (x_type.is_static and w_type.is_static):
+            return None
+        attrs = resolve_attrs(get_op("Conv"), node.attrs, node.name)
+        return Conv2dLowering.build(tuple(int(d) for d in x_type.shape),
+                                    tuple(int(d) for d in w_type.shape), attrs,
+                                    node.outputs[0].type.dtype.numpy)
+
+    def _conv(self, node: Node, lowering: Conv2dLowering) -> Step:
+        x, w = (self.slot(i) for i in node.inputs[:2])
+        bias = self.slot(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+        out = self.slot(node.outputs[0].name)
+        weight = self.graph.constants.get(node.inputs[1])
+        constant_bias = None if bias is None else self.graph.constants.get(node.inputs[2])
+        fixed = (lowering.filters(weight, constant_bias)
+                 if weight is not None and (bias is None or constant_bias is not None) else None)
+        fresh = BufferSpec(lowering.out_shape, lowering.dtype, channels_last=True)
+
+        def make(buffers: list[int | None], scratch: dict[str, int]) -> StepFn:
+            buffer = buffers[0]
+
+            def step(env: Env, arena: Arena) -> None:
+                target = arena[buffer] if buffer is not None else fresh.allocate()
+                filters = fixed if fixed is not None else lowering.filters(
+                    env[w], None if bias is None else env[bias])
+                with np.errstate(all="ignore"):
+                    lowering(env[x], filters, target,
+                             {name: arena[index] for name, index in scratch.items()})
+                env[out] = target
+
+            return step
+
+        ins = [x, w] + ([bias] if bias is not None else [])
+        return Step(node.name, ins, [out], False, True, make, [node.outputs[0].type],
+                    channels_last=True, scratch=lowering.scratch)
 
     def _ufunc(self, node: Node, ufunc: Callable[..., Any]) -> Step:
         ins = [self.slot(i) for i in node.inputs]
         out = self.slot(node.outputs[0].name)
 
-        def make(buffers: list[int | None]) -> StepFn:
+        def make(buffers: list[int | None], scratch: dict[str, int]) -> StepFn:
             buffer = buffers[0]
 
             def step(env: Env, arena: Arena) -> None:
@@ -166,13 +246,14 @@ class PlanBuilder:
 
             return step
 
-        return Step(node.name, ins, [out], True, True, make, [node.outputs[0].type])
+        return Step(node.name, ins, [out], True, True, make, [node.outputs[0].type],
+                    follows_layout=True)
 
     def _matmul(self, node: Node) -> Step:
         a, b = (self.slot(i) for i in node.inputs)
         out = self.slot(node.outputs[0].name)
 
-        def make(buffers: list[int | None]) -> StepFn:
+        def make(buffers: list[int | None], scratch: dict[str, int]) -> StepFn:
             buffer = buffers[0]
 
             def step(env: Env, arena: Arena) -> None:
@@ -191,7 +272,7 @@ class PlanBuilder:
         ins = [self.slot(i) for i in node.inputs if i]
         out = self.slot(node.outputs[0].name)
 
-        def make(buffers: list[int | None]) -> StepFn:
+        def make(buffers: list[int | None], scratch: dict[str, int]) -> StepFn:
             buffer = buffers[0]
 
             def step(env: Env, arena: Arena) -> None:
@@ -215,7 +296,7 @@ class PlanBuilder:
         ins = [self.slot(i) if i else None for i in node.inputs]
         outs = [self.slot(o.name) for o in node.outputs]
 
-        def make(buffers: list[int | None]) -> StepFn:
+        def make(buffers: list[int | None], scratch: dict[str, int]) -> StepFn:
             def step(env: Env, arena: Arena) -> None:
                 results = call(*[env[i] if i is not None else None for i in ins])
                 for slot, array in zip(outs, results, strict=False):
@@ -258,9 +339,11 @@ class PlanBuilder:
         for slot, storages in holds.items():
             for storage in storages:
                 end[storage] = max(end.get(storage, -1), last_use.get(slot, -1))
-        buffers: list[tuple[tuple[int, ...], np.dtype]] = []
-        free: dict[tuple[tuple[int, ...], str], list[int]] = {}
+        buffers: list[BufferSpec] = []
+        free: dict[BufferSpec, list[int]] = {}
         owner: dict[int, int] = {}  # storage -> buffer
+        channels_last: set[int] = set()  # slots whose value is a channels-last buffer
+        scratch_buffers: dict[tuple[str, str], int] = {}
         functions: list[StepFn] = []
         for index, step in enumerate(self.steps):
             dying = [s for s in {st for i in step.inputs for st in holds.get(i, ())}
@@ -268,21 +351,27 @@ class PlanBuilder:
             if step.elementwise:
                 self._release(dying, owner, buffers, free)
             assigned: list[int | None] = [None]
-            if (step.preallocated and step.out_types[0].is_static
-                    and step.outputs[0] not in graph_outputs):
-                key = (tuple(int(d) for d in step.out_types[0].shape),
-                       str(step.out_types[0].dtype.numpy))
-                pool = free.get(key)
-                if pool:
-                    buffer = pool.pop()
-                else:
-                    buffer = len(buffers)
-                    buffers.append((key[0], step.out_types[0].dtype.numpy))
-                owner[step.outputs[0]] = buffer
-                assigned = [buffer]
+            out_type = step.out_types[0]
+            if step.preallocated and out_type.is_static:
+                shape = tuple(int(d) for d in out_type.shape)
+                last = step.channels_last or (step.follows_layout and len(shape) >= 3 and any(
+                    i in channels_last and self.graph.value_type(self._name(i)).shape
+                    == out_type.shape for i in step.inputs))
+                if last:
+                    channels_last.add(step.outputs[0])
+                if step.outputs[0] not in graph_outputs:
+                    spec = BufferSpec(shape, out_type.dtype.numpy, channels_last=last)
+                    pool = free.get(spec)
+                    if pool:
+                        buffer = pool.pop()
+                    else:
+                        buffer = len(buffers)
+                        buffers.append(spec)
+                    owner[step.outputs[0]] = buffer
+                    assigned = [buffer]
             if not step.elementwise:
                 self._release(dying, owner, buffers, free)
-            functions.append(step.make(assigned))
+            functions.append(step.make(assigned, self._scratch(step, buffers, scratch_buffers)))
         input_slots = [self.slot(v.name) for v in graph.inputs]
         output_slots = [self.slot(v.name) for v in graph.outputs]
         copies = [bool(holds.get(s)) or s in external for s in output_slots]
@@ -292,23 +381,44 @@ class PlanBuilder:
         return Plan(functions, input_slots, output_slots, copies, template, buffers,
                     [s.name for s in self.steps])
 
+    def _name(self, slot: int) -> str:
+        if not hasattr(self, "_names"):
+            self._names = {index: name for name, index in self.slots.items()}
+        return self._names[slot]
+
     @staticmethod
-    def _release(storages: Sequence[int], owner: dict[int, int],
-                 buffers: list[tuple[tuple[int, ...], np.dtype]],
-                 free: dict[tuple[tuple[int, ...], str], list[int]]) -> None:
+    def _scratch(step: Step, buffers: list[BufferSpec],
+                 shared: dict[tuple[str, str], int]) -> dict[str, int]:
+        """Arena buffers for ``step``'s scratch: one per name and dtype, as large as its
+        largest use (a zeroed one has a single exact shape, named by it)."""
+        dtype = step.out_types[0].dtype.numpy
+        assigned = {}
+        for name, (shape, zeroed) in step.scratch.items():
+            key = (name, str(dtype))
+            if key not in shared:
+                shared[key] = len(buffers)
+                buffers.append(BufferSpec(shape, dtype, zeroed=zeroed))
+            index = shared[key]
+            if not zeroed and math.prod(shape) > math.prod(buffers[index].shape):
+                buffers[index] = BufferSpec(shape, dtype)
+            assigned[name] = index
+        return assigned
+
+    @staticmethod
+    def _release(storages: Sequence[int], owner: dict[int, int], buffers: list[BufferSpec],
+                 free: dict[BufferSpec, list[int]]) -> None:
         for storage in storages:
             buffer = owner.pop(storage, None)
             if buffer is not None:
-                shape, dtype = buffers[buffer]
-                free.setdefault((shape, str(dtype)), []).append(buffer)
+                free.setdefault(buffers[buffer], []).append(buffer)
 
 
 class Plan:
     """An executable sequence of steps over preallocated arenas (one per concurrent run)."""
 
     def __init__(self, functions: list[StepFn], input_slots: list[int], output_slots: list[int],
-                 copies: list[bool], template: list[Any],
-                 buffers: list[tuple[tuple[int, ...], np.dtype]], step_names: list[str]) -> None:
+                 copies: list[bool], template: list[Any], buffers: list[BufferSpec],
+                 step_names: list[str]) -> None:
         self.functions = functions
         self.input_slots = input_slots
         self.output_slots = output_slots
@@ -321,21 +431,22 @@ class Plan:
     @property
     def arena_bytes(self) -> int:
         """Bytes of one arena."""
-        return sum(int(np.prod(s)) * np.dtype(d).itemsize for s, d in self.buffers)
+        return sum(spec.nbytes for spec in self.buffers)
 
     def execute(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Run the plan on input arrays (never modified); returns fresh output arrays."""
         try:
             arena = self._arenas.get_nowait()
         except queue.Empty:
-            arena = [np.empty(shape, dtype) for shape, dtype in self.buffers]
+            arena = [spec.allocate() for spec in self.buffers]
         try:
             env = list(self.template)
             for slot, array in zip(self.input_slots, arrays, strict=True):
                 env[slot] = array
             for function in self.functions:
                 function(env, arena)
-            return [np.array(env[s], copy=True) if copy else env[s]
+            return [np.array(env[s], copy=True, order="C") if copy
+                    else np.asarray(env[s], order="C")
                     for s, copy in zip(self.output_slots, self.copies, strict=True)]
         finally:
             self._arenas.put(arena)

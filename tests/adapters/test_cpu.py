@@ -92,6 +92,42 @@ def test_arena_buffers_are_reused_and_outputs_are_fresh():
     np.testing.assert_allclose(first, run(graph, xv)["y"])
 
 
+def _conv_net(weights_as_input: bool = False) -> Graph:
+    """Conv -> Relu -> Conv (+ residual) -> Relu, and the first Conv also an output."""
+    rng = np.random.default_rng(3)
+    g = GraphBuilder("convnet")
+    x = g.input("x", f32["n", 4, 10, 9])
+    w1 = (g.input("w1", f32[6, 4, 3, 3]) if weights_as_input
+          else g.constant(rng.normal(size=(6, 4, 3, 3)).astype(np.float32)))
+    a = ops.conv(x, w1, g.constant(rng.normal(size=6).astype(np.float32)), pads=[1, 1, 1, 1])
+    h = ops.relu(a)
+    w2 = rng.normal(size=(6, 6, 3, 3)).astype(np.float32)
+    h = ops.relu(ops.conv(h, g.constant(w2), pads=[1, 1, 1, 1]) + h)
+    w3 = rng.normal(size=(5, 6, 1, 1)).astype(np.float32)
+    g.output(ops.conv(h, g.constant(w3), strides=[2, 2]), a, names=["y", "a"])
+    return g.build()
+
+
+@pytest.mark.parametrize("weights_as_input", [False, True])
+def test_conv_chains_run_channels_last_and_outputs_are_c_contiguous(weights_as_input):
+    graph = _conv_net(weights_as_input)
+    rng = np.random.default_rng(0)
+    inputs = [rng.normal(size=(3, 4, 10, 9)).astype(np.float32)]
+    if weights_as_input:
+        inputs.append(rng.normal(size=(6, 4, 3, 3)).astype(np.float32))
+    concrete = optimize(specialize(graph, {"n": 3}))
+    plan = PlanBuilder(concrete).build()
+    last = [spec for spec in plan.buffers if spec.channels_last]
+    assert last, "the Conv outputs and the Relu/Add between them are channels-last"
+    assert any(spec.zeroed for spec in plan.buffers)  # the padded input's scratch
+    expected = run(graph, *inputs)
+    for _ in range(2):  # the reused arena and scratch give the same results again
+        outs = plan.execute(inputs)
+        for out, name in zip(outs, ["y", "a"], strict=True):
+            assert out.flags.c_contiguous
+            np.testing.assert_allclose(out, expected[name], rtol=1e-4, atol=1e-4)
+
+
 def test_inputs_and_views_of_inputs_are_never_written():
     g = GraphBuilder("views")
     x = g.input("x", f32[2, 6])

@@ -282,6 +282,69 @@ def test_conv_rejects_what_the_reference_rejects():
         FAST_KERNELS["core.Conv"](x, w, **attrs)
 
 
+
+def lowered_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None,
+                 **attrs: Any) -> np.ndarray | None:
+    """Conv through :class:`conv.Conv2dLowering` (``None`` when it declines), its output
+    a channels-last buffer and its scratch as the plan allocates them."""
+    resolved = _attrs(_op("core.Conv"), attrs)
+    lowering = conv.Conv2dLowering.build(x.shape, w.shape, resolved, x.dtype)
+    if lowering is None:
+        return None
+    n, m, *spatial = lowering.out_shape
+    out = np.moveaxis(np.full((n, *spatial, m), np.nan, x.dtype), -1, 1)
+    scratch = {name: (np.zeros if zeroed else np.empty)(shape, x.dtype)
+               for name, (shape, zeroed) in lowering.scratch.items()}
+    for _ in range(2):  # a second run on the same scratch: the padded border stays zero
+        with np.errstate(all="ignore"):
+            lowering(x, lowering.filters(w, b), out, scratch)
+    assert out.transpose(0, 2, 3, 1).flags.c_contiguous
+    return out
+
+
+@pytest.mark.parametrize(("attrs", "group", "c", "m"), [e for e in CONV_2D if e[1] == 1],
+                         ids=[f"{i}" for i, e in enumerate(CONV_2D) if e[1] == 1])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", ["nchw", "channels-last"])
+def test_lowered_conv_matches_the_reference(attrs, group, c, m, dtype, layout):
+    x = _with_specials(_data((3, c, 9, 8), dtype), 2) if c > 3 else _data((3, c, 9, 8), dtype)
+    if layout == "channels-last":
+        x = np.moveaxis(np.ascontiguousarray(np.moveaxis(x, 1, -1)), -1, 1)
+    w, b = _data((m, c, 3, 2), dtype), _data((m,), dtype)
+    op = _op("core.Conv")
+    for bias in (None, b):
+        expected = op.kernel(x, w, bias, **_attrs(op, {"group": 1, **attrs}))
+        actual = lowered_conv(x, w, bias, group=1, **attrs)
+        assert actual is not None
+        _assert_close("core.Conv", [actual], [expected], f"lowered Conv {attrs} {layout}")
+
+
+@pytest.mark.parametrize("layout", ["nchw", "channels-last"])
+def test_lowered_conv_pointwise_strided_and_in_tiles(monkeypatch, layout):
+    op = _op("core.Conv")
+    x = _data((5, 6, 7, 4))
+    if layout == "channels-last":
+        x = np.moveaxis(np.ascontiguousarray(np.moveaxis(x, 1, -1)), -1, 1)
+    cases = [((3, 6, 1, 1), {}), ((3, 6, 1, 1), {"strides": [2, 2]}),
+             ((4, 6, 3, 3), {"pads": [1, 1, 1, 1]})]
+    for tile in (conv.TILE_BYTES, 7 * 4 * 60 * 4):  # all images in one tile; one per tile
+        monkeypatch.setattr(conv, "TILE_BYTES", tile)
+        for w_shape, attrs in cases:
+            w, b = _data(w_shape), _data((w_shape[0],))
+            expected = op.kernel(x, w, b, **_attrs(op, attrs))
+            actual = lowered_conv(x, w, b, **attrs)
+            assert actual is not None
+            _assert_close("core.Conv", [actual], [expected], f"{w_shape} {attrs} tile {tile}")
+
+
+def test_lowering_declines_what_the_generic_kernel_handles(monkeypatch):
+    assert lowered_conv(_data((2, 4, 6)), _data((3, 4, 3)), None) is None  # 1-D
+    assert lowered_conv(_data((2, 4, 5, 5)), _data((4, 2, 3, 3)), None, group=2) is None
+    assert lowered_conv(_data((0, 4, 5, 5)), _data((3, 4, 3, 3)), None) is None  # empty
+    monkeypatch.setattr(conv, "TILE_BYTES", 100)  # one image's columns exceed a tile
+    assert lowered_conv(_data((2, 4, 5, 5)), _data((3, 4, 3, 3)), None) is None
+
+
 # Pools -----------------------------------------------------------------------
 
 POOLS = [

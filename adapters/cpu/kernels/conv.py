@@ -17,6 +17,7 @@ import math
 from typing import Any
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from polyhal.adapters.cpu.kernels._windows import Windows
 from polyhal.ir.limits import ensure_allocatable
@@ -140,3 +141,148 @@ def _depthwise(x: np.ndarray, w: np.ndarray, win: Windows, group: int, y: np.nda
             else:
                 np.multiply(view[start:stop], weight, out=scratch)
                 target += scratch
+
+
+class Conv2dLowering:
+    """A 2-D Conv of fixed shapes and one group, lowered for the plan: im2col into a
+    reused scratch buffer and one GEMM per tile of whole images, writing a
+    **channels-last** output (``[N, OH, OW, M]`` memory, seen as ``[N, M, OH, OW]``).
+
+    Channels-last is what the GEMM produces when columns are rows
+    (``[images * pixels, depth] @ [depth, M]``): no transpose of the output, and
+    the next Conv reads channels-last input, whose window rows ``(KW, C)`` are
+    contiguous runs, without one. An input in the usual NCHW memory (a graph
+    input, a layer after a non-Conv op) is read as NCHW columns ``[depth,
+    images * pixels]`` and multiplied transposed (BLAS reads it transposed).
+    Each variant gets its filters reshaped once (:meth:`filters`).
+
+    Only built by :meth:`build` when every image's columns fit in a tile; scratch
+    buffers (:attr:`scratch`) come from the plan's arena, so nothing is allocated
+    while running.
+    """
+
+    def __init__(self, x_shape: tuple[int, ...], w_shape: tuple[int, ...], win: Windows,
+                 dtype: np.dtype) -> None:
+        self.n, self.c, *_ = x_shape
+        self.m = w_shape[0]
+        self.win = win
+        self.dtype = np.dtype(dtype)
+        self.depth = self.c * win.positions
+        self.width = self.depth + 1
+        """Columns per GEMM row: the window and a 1 that multiplies the bias row."""
+        self.pixels = math.prod(win.out)
+        self.images = max(1, min(self.n, TILE_BYTES // (self.width * self.pixels
+                                                        * self.dtype.itemsize)))
+        begin, after = win.pads()
+        self.padded_spatial = tuple(s + b + a for s, b, a in zip(win.spatial, begin, after,
+                                                                 strict=True))
+        self.needs_padding = any(begin) or any(after)
+        self.pointwise = (win.kernel == (1, 1) and win.strides == (1, 1)
+                          and not self.needs_padding)
+        self.padded_shape = (self.n, *self.padded_spatial, self.c)
+        self.padded_name = (f"conv-padded{self.padded_shape}{begin}" if self.needs_padding
+                            else None)
+
+    @classmethod
+    def build(cls, x_shape: tuple[int, ...], w_shape: tuple[int, ...], attrs: dict[str, Any],
+              dtype: np.dtype) -> Conv2dLowering | None:
+        """The lowering of ``Conv(x, w)`` with resolved ``attrs``; ``None`` where the
+        generic kernel is used instead (not 2-D, grouped, empty, or an image whose
+        columns exceed a tile)."""
+        if len(x_shape) != 4 or attrs["group"] != 1 or 0 in x_shape or 0 in w_shape:
+            return None
+        geometry = {k: attrs[k] for k in ("auto_pad", "dilations", "pads", "strides")}
+        win = Windows(x_shape[2:], w_shape[2:], geometry, pool=False)
+        if 0 in win.out:
+            return None
+        lowering = cls(x_shape, w_shape, win, dtype)
+        if lowering.width * lowering.pixels * lowering.dtype.itemsize > TILE_BYTES:
+            return None
+        return lowering
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        """The output's logical (NCHW) shape."""
+        return (self.n, self.m, *self.win.out)
+
+    @property
+    def scratch(self) -> dict[str, tuple[tuple[int, ...], bool]]:
+        """Scratch buffers by name: ``(shape, zeroed)``. The padded input keeps a zero
+        border that each run leaves alone (named by its shape, so only Convs with the
+        same padding share one)."""
+        needed = {"conv-columns": ((self.images * self.width * self.pixels,), False)}
+        if self.padded_name is not None:
+            needed[self.padded_name] = (self.padded_shape, True)
+        return needed
+
+    def filters(self, w: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """``w`` and the bias (zero when absent) as GEMM operands ``[depth + 1, M]``:
+        rows ``(KH, KW, C)`` for channels-last columns, ``(C, KH, KW)`` for NCHW
+        columns, then the bias."""
+        w = w.astype(self.dtype, copy=False)
+        last = np.zeros(self.m, self.dtype) if bias is None else bias.astype(self.dtype)
+        rows_last = np.concatenate([w.transpose(2, 3, 1, 0).reshape(-1, self.m), last[None]])
+        rows_first = np.concatenate([w.reshape(self.m, -1).T, last[None]])
+        return rows_last, rows_first
+
+    def __call__(self, x: np.ndarray, filters: tuple[np.ndarray, np.ndarray], out: np.ndarray,
+                 scratch: dict[str, np.ndarray]) -> None:
+        """``out`` (channels-last memory) = Conv(x) + bias, ``x`` in any memory layout
+        (``filters`` from :meth:`filters`)."""
+        rows = out.transpose(0, 2, 3, 1).reshape(self.n * self.pixels, self.m)  # a view
+        columns = scratch["conv-columns"]
+        x = x.astype(self.dtype, copy=False)
+        last = x.transpose(0, 2, 3, 1)
+        if last.flags.c_contiguous:
+            self._channels_last(last, filters[0], rows, columns, scratch)
+        else:
+            self._channels_first(np.ascontiguousarray(x), filters[1], rows, columns)
+
+    def _channels_last(self, x: np.ndarray, filters: np.ndarray, rows: np.ndarray,
+                       columns: np.ndarray, scratch: dict[str, np.ndarray]) -> None:
+        if self.pointwise:
+            np.matmul(x.reshape(-1, self.c), filters[:-1], out=rows)
+            np.add(rows, filters[-1], out=rows)
+            return
+        win = self.win
+        if self.padded_name is not None:
+            padded = scratch[self.padded_name]
+            begin = win.pads()[0]
+            padded[:, begin[0]:begin[0] + win.spatial[0],
+                   begin[1]:begin[1] + win.spatial[1]] = x
+        else:
+            padded = x
+        sn, sh, sw, sc = padded.strides
+        windows = as_strided(
+            padded, (self.n, *win.out, *win.kernel, self.c),
+            (sn, sh * win.strides[0], sw * win.strides[1],
+             sh * win.dilations[0], sw * win.dilations[1], sc), writeable=False)
+        self._tiles(windows, filters, rows, columns, transposed=False)
+
+    def _channels_first(self, x: np.ndarray, filters: np.ndarray, rows: np.ndarray,
+                        columns: np.ndarray) -> None:
+        windows = self.win.all_windows(self.win.padded(x, 0, "Conv"), 1)[:, 0]
+        # [N, C, KH, KW, OH, OW] -> [C, KH, KW, N, OH, OW]: image tiles are then
+        # contiguous column blocks, ordered like the output's rows.
+        self._tiles(np.moveaxis(windows, 0, 3), filters, rows, columns, transposed=True)
+
+    def _tiles(self, windows: np.ndarray, filters: np.ndarray, rows: np.ndarray,
+               columns: np.ndarray, transposed: bool) -> None:
+        image_axis = 3 if transposed else 0
+        for n0 in range(0, self.n, self.images):
+            n1 = min(self.n, n0 + self.images)
+            index = [slice(None)] * windows.ndim
+            index[image_axis] = slice(n0, n1)
+            tile = windows[tuple(index)]
+            count = (n1 - n0) * self.pixels
+            used = columns[:count * self.width]
+            if transposed:  # [depth + 1, count]: a row of ones last
+                cols = used.reshape(self.width, count)
+                np.copyto(cols[:-1].reshape(tile.shape), tile)
+                cols[-1] = 1
+                cols = cols.T
+            else:  # [count, depth + 1]: a column of ones last
+                cols = used.reshape(count, self.width)
+                np.copyto(cols[:, :-1].reshape(tile.shape), tile)
+                cols[:, -1] = 1
+            np.matmul(cols, filters, out=rows[n0 * self.pixels:n1 * self.pixels])
