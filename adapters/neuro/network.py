@@ -135,11 +135,11 @@ class BrianNetwork:
             feed = f"ta_in{k}_relay"
             self.feeds[feed] = (k, lags)
             n = len(lags) * plan.batch * math.prod(shape)
-            relay = b2.NeuronGroup(n, "x : 1", threshold="x != 0", reset="", clock=self.clock,
-                                   namespace={}, name=f"in{k}_relay", codeobj_class=self.cc)
-            self._direct[relay.name] = relay.run_regularly(
-                f"x = {feed}(t, i)", clock=self.clock, name=f"in{k}_relay_feed",
-                codeobj_class=self.cc)
+            # A subexpression, as brian2 code written by hand reads a TimedArray: the
+            # thresholder reads the input, and no code object per step copies it first.
+            relay = b2.NeuronGroup(n, f"x = {feed}(t, i) : 1", threshold="x != 0", reset="",
+                                   clock=self.clock, namespace={}, name=f"in{k}_relay",
+                                   codeobj_class=self.cc)
             self.owners[relay.name] = f"graph input {name!r}"
             relays[name] = relay
         return relays
@@ -190,8 +190,14 @@ class BrianNetwork:
             declarations.append("src : integer (constant)")
         equations = "\n".join([model.equations.replace(CURRENT, current), *declarations])
         threshold = model.threshold.replace(CURRENT, current) if model.threshold else None
+        reset = model.reset
+        if threshold and SPIKES not in pop.record:
+            # Spikes no monitor records are counted by the reset, for the profile: it
+            # runs per spike anyway, where a counting monitor would be one more object.
+            equations += "\nn_spikes : integer"
+            reset = f"{reset}\nn_spikes += 1" if reset else "n_spikes += 1"
         group = b2.NeuronGroup(batch * elements.size, equations, method=model.method,
-                               threshold=threshold, reset=model.reset, clock=self.clock,
+                               threshold=threshold, reset=reset, clock=self.clock,
                                namespace=namespace, name=name, codeobj_class=self.cc)
         for key, (per_element, unit) in values.items():
             if key not in namespace:
@@ -310,9 +316,8 @@ class BrianNetwork:
             group.resetter["spike"].active = bool(group.event_codes["spike"].strip())
         outgoing = self._outgoing.get(group.name, [])
         record = record or set()
-        if SPIKES in record or outgoing:  # spikes out: recorded, or counted for the profile
-            monitor = b2.SpikeMonitor(group, record=SPIKES in record,
-                                      name=f"{group.name}_spikes", codeobj_class=self.cc)
+        if SPIKES in record:
+            monitor = b2.SpikeMonitor(group, name=f"{group.name}_spikes", codeobj_class=self.cc)
             place(monitor)
             self.spike_monitors[group.name] = monitor
             objects.append(monitor)
@@ -389,13 +394,28 @@ class BrianNetwork:
                 results[(pop.name, variable)] = out.reshape(plan.steps, plan.batch, *pop.shape)
         return results
 
-    def counters(self) -> dict[str, float]:
-        """Neurons, synapses, spikes and synaptic events of the last run."""
-        spikes = {name: np.asarray(m.count[:]) for name, m in self.spike_monitors.items()}
+    def counters(self, values: dict[str, np.ndarray]) -> dict[str, float]:
+        """Neurons, synapses, spikes and synaptic events of the run fed ``values``.
+
+        ``values`` are that run's :meth:`feed_values`: relays fire where their input
+        is non-zero and delayed biases from their lag on, so their spikes are counted
+        here rather than by code in every step.
+        """
+        spikes: dict[str, np.ndarray] = {}
+        for groups in self.groups.values():
+            for group in groups:
+                if group.name in self.spike_monitors:
+                    spikes[group.name] = np.asarray(self.spike_monitors[group.name].count[:])
+                elif "n_spikes" in group.variables:
+                    spikes[group.name] = np.asarray(group.n_spikes[:])
+        neuron_spikes = sum(float(count.sum()) for count in spikes.values())
+        for relay in self.relays.values():
+            spikes[relay.name] = (values[f"ta_{relay.name}"] != 0).sum(axis=0)
+        if self.bias_relay is not None:
+            spikes[self.bias_relay.name] = np.maximum(
+                self.plan.steps - np.asarray(self.bias_relay.lag[:]), 0)
         events = sum(float(spikes[p.source.name] @ p.out_degree) for p in self.projections
                      if p.event_driven)
-        neuron_spikes = sum(float(spikes[g.name].sum()) for groups in self.groups.values()
-                            for g in groups if g.name in spikes)
         return {"neurons": float(self.plan.neurons),
                 "synapses": float(sum(int(p.out_degree.sum()) for p in self.projections)),
                 "spikes": neuron_spikes, "synaptic_events": events,

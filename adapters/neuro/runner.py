@@ -63,6 +63,8 @@ class RuntimeRunner:
             from brian2.codegen.runtime.numpy_rt import NumpyCodeObject as codeobj_class
         self.plan = plan
         self.net: BrianNetwork | None = None
+        self._values: dict[str, np.ndarray] = {}
+        """The last run's TimedArray values (its counters read them)."""
         with BRIAN_LOCK:
             try:
                 self.net = BrianNetwork(plan, codeobj_class, spike_inputs)
@@ -86,9 +88,11 @@ class RuntimeRunner:
         with BRIAN_LOCK, np.errstate(all="ignore"):
             try:
                 net.network.restore("initial")
-                namespace = net.timed_arrays(net.feed_values(arrays))
+                values = net.feed_values(arrays)
+                namespace = net.timed_arrays(values)
                 net.network.run(steps * self.plan.dt * b2.second, namespace=namespace,
                                 report=None)
+                self._values = values
                 return net.collect() if steps else {}
             except Exception as exc:
                 raise device_fault(net, "run", exc) from exc
@@ -97,7 +101,7 @@ class RuntimeRunner:
         """Counters of the last run."""
         assert self.net is not None
         with BRIAN_LOCK:
-            return self.net.counters()
+            return self.net.counters(self._values)
 
 
 class StandaloneRunner:
@@ -121,6 +125,7 @@ class StandaloneRunner:
                 self.net = BrianNetwork(plan, None, spike_inputs)
                 values = self.net.feed_values(
                     [np.zeros((plan.steps, plan.batch, *shape)) for _, shape in plan.inputs])
+                self._values = values
                 self.placeholders = self.net.timed_arrays(values)
                 self.net.network.run(plan.steps * plan.dt * self.net.b2.second,
                                      namespace=dict(self.placeholders), report=None)
@@ -135,7 +140,7 @@ class StandaloneRunner:
         """Recorded outputs for graph inputs ``arrays`` (the binary reruns, no rebuild)."""
         net = self.net
         assert net is not None
-        values = net.feed_values(arrays)
+        values = self._values = net.feed_values(arrays)
         run_args: dict[Any, np.ndarray] = {self.placeholders[k]: v for k, v in values.items()}
         with BRIAN_LOCK, self.lock:
             try:
@@ -160,7 +165,7 @@ class StandaloneRunner:
         """Counters of the last run."""
         assert self.net is not None
         with BRIAN_LOCK:
-            return self.net.counters()
+            return self.net.counters(self._values)
 
 
 _standalone: dict[str, StandaloneRunner] = {}

@@ -245,6 +245,32 @@ def test_profile_counts_neurons_synapses_and_synaptic_events(neuro):
     assert profile.stages["compile"] > 0 and profile.stages["run"] > 0
 
 
+def test_profile_counts_what_no_monitor_records_currents_and_delayed_biases(neuro):
+    lags = np.array([0, 1, 3])
+
+    def network(x, hidden_out):
+        rng = np.random.default_rng(41)  # the same parameters in both graphs
+        hidden = _neuron("LIF", snn.linear(x, _u(rng, 0, 1, (4, 6))), rng, 4, "euler",
+                         "v_reset")
+        delayed = snn.delay(snn.affine(hidden, _u(rng, 0, 1, (3, 4)), np.ones(3)),
+                            lags * DT, dt=DT)
+        out = _neuron("LIF", delayed, rng, 3, "euler", "subtract")
+        return (out, hidden) if hidden_out else out
+
+    steps, batch = 25, 2
+    x = np.random.default_rng(43).normal(0.4, 1, (steps, batch, 6))
+    executable = neuro.compile(_graph(x.shape, lambda v: network(v, False)), CompileOptions())
+    out = neuro.download(executable.run([neuro.upload(x)])[0])
+    want_out, hidden = run(_graph(x.shape, lambda v: network(v, True)), x).values()
+    assert np.array_equal(out, want_out) and hidden.sum() > 0
+    counters = executable.profile().counters
+    # Events: every non-zero input to 4 neurons (a current input), every hidden spike
+    # to 3, and each delayed bias once per step from its lag on, per batch item.
+    assert counters["synaptic_events"] == (np.count_nonzero(x) * 4 + hidden.sum() * 3
+                                           + batch * sum(steps - lag for lag in lags if lag))
+    assert counters["spikes"] == hidden.sum() + out.sum()
+
+
 def test_runs_are_independent_and_reuse_one_network(neuro):
     rng = np.random.default_rng(31)
     graph = _graph((30, 2, 5), lambda x: _neuron("CubaLIF", x, rng, 5, "exact", "v_reset", 3))
