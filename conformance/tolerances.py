@@ -38,10 +38,11 @@ BY_DTYPE: dict[DType, Tolerance] = {
 }
 """Per-dtype tolerances for one rounding step plus accumulation-order differences."""
 
-LOOSER_OPS = {"core.MatMul", "core.Gemm", "core.Conv", "core.ReduceSum", "core.ReduceMean",
-              "core.ReduceProd", "core.Softmax", "core.LogSoftmax", "core.LayerNormalization",
-              "core.BatchNormalization", "core.LRN", "core.AveragePool", "core.GlobalAveragePool",
-              "core.Pow", "core.Erf", "core.Gelu", "core.Mean", "core.Sum"}
+LOOSER_OPS = {"core.MatMul", "core.Gemm", "core.Conv", "core.ConvTranspose", "core.ReduceSum",
+              "core.ReduceMean", "core.ReduceProd", "core.Softmax", "core.LogSoftmax",
+              "core.LayerNormalization", "core.BatchNormalization", "core.LRN",
+              "core.AveragePool", "core.GlobalAveragePool", "core.Pow", "core.Erf", "core.Gelu",
+              "core.Mean", "core.Sum", "core.ScatterElements", "core.ScatterND"}
 """Ops whose results depend on summation order or on a transcendental
 approximation: tolerances are scaled by 4."""
 

@@ -17,6 +17,7 @@ from polyhal.conformance.recipes import (  # noqa: F401  (importing registers th
     nn,
     quant,
     reduce,
+    scatter,
     shape,
     snn,
 )

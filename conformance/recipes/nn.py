@@ -1,13 +1,14 @@
-"""Recipes of the neural-network ops: Conv, MaxPool, AveragePool, the global
-pools, Softmax/LogSoftmax, BatchNormalization, LayerNormalization, LRN and
-Dropout.
+"""Recipes of the neural-network ops: Conv, ConvTranspose, MaxPool, AveragePool,
+the global pools, Softmax/LogSoftmax, BatchNormalization, LayerNormalization,
+LRN and Dropout.
 
 Windowed ops take rank3/rank4/rank5 as 1-D/2-D/3-D spatial inputs
-``[N, C, D...]`` (N 1..2, C 1..4, spatial 3..7, kernels 2..3) and walk strides,
+``[N, C, D...]`` (N 1..2, C 1..4, spatial 2..7, kernels 2..3) and walk strides,
 dilations, explicit pads, every ``auto_pad``, ``ceil_mode``, groups (depthwise
-too), the bias, ``count_include_pad`` and MaxPool's Indices output with both
-storage orders. MaxPool data has no ties outside ``special``. 16-bit floats
-use [-1, 1] where sums accumulate.
+too), the bias, ``count_include_pad``, ConvTranspose's output_padding and
+output_shape, and MaxPool's Indices output with both storage orders. MaxPool
+data has no ties outside ``special``. 16-bit floats use [-1, 1] where sums
+accumulate.
 """
 
 from __future__ import annotations
@@ -70,6 +71,48 @@ def conv(op: OpDef, dtype: DType, shape_class: str,
     inputs = [x, moderate(dtype, w_shape, rng)]
     if bias:
         inputs.append(moderate(dtype, (w_shape[0],), rng))
+    sample = OpSample(inputs, dict(attrs))
+    if shape_class == "symbolic":
+        declare(sample)
+    return sample
+
+
+# --------------------------------------------------------------------------- ConvTranspose
+
+# class -> (X shape, W shape [C, M/group, K...], bias?, attributes)
+_CONV_TRANSPOSE_PLAN: dict[str, tuple[tuple[int, ...], tuple[int, ...], bool,
+                                      dict[str, Any]]] = {
+    "rank3": ((2, 2, 4), (2, 3, 3), True,
+              {"strides": [2], "pads": [1, 0], "output_padding": [1]}),
+    "rank4": ((1, 4, 3, 3), (4, 2, 2, 3), False,
+              {"group": 2, "auto_pad": "SAME_UPPER", "strides": [2, 1]}),
+    "rank5": ((1, 2, 2, 3, 2), (2, 1, 2, 2, 2), True,
+              {"strides": [2, 1, 2], "output_shape": [5, 4, 4]}),
+    "empty": ((0, 2, 3, 3), (2, 2, 2, 2), True, {"auto_pad": "VALID"}),
+    "symbolic": ((2, 2, 4, 4), (2, 3, 3, 3), True,
+                 {"dilations": [2, 1], "pads": [1, 1, 0, 1], "kernel_shape": [3, 3]}),
+    "special": ((1, 3, 3, 3), (3, 1, 3, 3), False,
+                {"group": 3, "auto_pad": "SAME_LOWER", "strides": [2, 2]}),
+}
+
+
+@recipe("core.ConvTranspose")
+def conv_transpose(op: OpDef, dtype: DType, shape_class: str,
+                   rng: np.random.Generator) -> OpSample | None:
+    """1-D strided with pads and output_padding, 2-D grouped SAME_UPPER, 3-D with an
+    output_shape one larger than the full output along one axis, VALID on an empty
+    batch, dilated with kernel_shape in ``symbolic``, depthwise SAME_LOWER in
+    ``special``."""
+    if shape_class not in _CONV_TRANSPOSE_PLAN:
+        return None
+    x_shape, w_shape, bias, attrs = _CONV_TRANSPOSE_PLAN[shape_class]
+    x_shape = _batch(x_shape, shape_class, rng)
+    x = specials(dtype, x_shape, rng) if shape_class == "special" else moderate(
+        dtype, x_shape, rng)
+    inputs = [x, moderate(dtype, w_shape, rng)]
+    if bias:
+        group = attrs.get("group", 1)
+        inputs.append(moderate(dtype, (w_shape[1] * group,), rng))
     sample = OpSample(inputs, dict(attrs))
     if shape_class == "symbolic":
         declare(sample)

@@ -141,6 +141,12 @@ class GraphBuilder:
         self._const_values[name] = frozen
         return var
 
+    def known_value(self, var: Var) -> np.ndarray | None:
+        """The value of ``var`` when it is known while building (a constant, or an op
+        of constants the builder folds for inference, such as ``Shape`` of a static
+        value), else ``None``."""
+        return self._const_values.get(var.name)
+
     def _as_var(self, value: Any, like: DType | None) -> Var:
         if isinstance(value, Var):
             if value.builder is not self:

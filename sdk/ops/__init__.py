@@ -25,8 +25,10 @@ from polyhal.ops import (  # noqa: F401  (importing registers the ops)
     normalization,
     quant,
     reduce,
+    scatter,
     shape,
     snn,
+    transposed_conv,
 )
 from polyhal.ops.registry import (
     REQUIRED,

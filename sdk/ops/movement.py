@@ -246,8 +246,8 @@ def check_indices(indices: np.ndarray, size: int, axis: int) -> None:
     bad = (indices < -size) | (indices >= size)
     if bad.any():
         first = int(indices[bad].reshape(-1)[0])
-        raise IndexError(f"Gather: index {first} is out of range for axis {axis} of size "
-                         f"{size} (allowed: {-size} to {size - 1})")
+        raise IndexError(f"index {first} is out of range for axis {axis} of size {size} "
+                         f"(allowed: {-size} to {size - 1})")
 
 
 def _infer_gather(ctx: InferContext) -> TensorType:

@@ -241,6 +241,12 @@ def _attr_values(name: str, attr: str, dtype: DType = DType.FLOAT32) -> set[Any]
     ("LayerNormalization", "axis", {None, 0, 1, -1, -2}),
     ("Mod", "fmod", {None, 0, 1}),
     ("Gelu", "approximate", {None, "tanh", "none"}),
+    ("ConvTranspose", "auto_pad", {None, "SAME_UPPER", "SAME_LOWER", "VALID"}),
+    ("ConvTranspose", "group", {None, 2, 3}),
+    ("ScatterElements", "reduction", {None, "add", "mul", "max", "min"}),
+    ("ScatterND", "reduction", {None, "add", "mul", "max", "min"}),
+    ("GatherElements", "axis", {0, 1, 2, -1, -5}),
+    ("OneHot", "axis", {-4, -1, 0, 1, 2, 5}),
 ])
 def test_classes_vary_the_attributes(name: str, attr: str, expected: set[Any]) -> None:
     assert _attr_values(name, attr) >= expected
@@ -264,3 +270,11 @@ def test_classes_vary_inputs_and_outputs() -> None:
     targets = {made.attrs["to"] for dtype in dtypes_for(get_op("Cast"))
                for _, made in samples(get_op("Cast"), dtype)}
     assert targets == set(DType)
+    transposed = shapes("ConvTranspose")
+    assert {len(s.inputs) for s in transposed} == {2, 3}
+    assert any("output_shape" in s.attrs for s in transposed)
+    assert any("output_padding" in s.attrs for s in transposed)
+    one_hot = shapes("OneHot")
+    assert {s.const_inputs for s in one_hot} == {frozenset(), frozenset({1})}
+    assert {s.inputs[1].ndim for s in one_hot} == {0, 1}
+    assert {s.inputs[2].dtype for s in one_hot} >= {np.dtype(bool), np.dtype(np.int8)}

@@ -38,7 +38,8 @@ MIN_EXPORT_OPSET = 7
 ORT_MAX_OPSET = 28
 """The newest ``ai.onnx`` opset onnxruntime 1.32 loads (checked by the tests)."""
 
-ORT_MISSING_VERSIONS: dict[str, int] = {"QuantizeLinear": 28, "DequantizeLinear": 28}
+ORT_MISSING_VERSIONS: dict[str, int] = {"QuantizeLinear": 28, "DequantizeLinear": 28,
+                                        "OneHot": 28}
 """Op versions onnxruntime 1.32 has no kernel for (from this version on): the default
 export opset steps below them when the graph allows."""
 
@@ -134,6 +135,11 @@ SAME_SINCE: dict[str, int] = {
     **dict.fromkeys(["MatMulInteger", "QLinearMatMul", "QuantizeLinear", "DequantizeLinear"],
                     10),
     **dict.fromkeys(["Round", "Range", "Clip"], 11),
+    # Version 11 brought negative indices (OneHot; the others are new in 11) and the
+    # current output_shape pad split of ConvTranspose; later versions add element types
+    # and reductions (absent means none).
+    **dict.fromkeys(["GatherElements", "ScatterElements", "ScatterND", "OneHot",
+                     "ConvTranspose"], 11),
     **dict.fromkeys(["LessOrEqual", "GreaterOrEqual", "Dropout"], 12),
     # Attributes that became inputs, and Softmax's 2-D coercion, changed in 13.
     **dict.fromkeys(["Squeeze", "Unsqueeze", "ReduceSum", "Softmax", "LogSoftmax"], 13),
