@@ -157,7 +157,9 @@ class GraphBuilder:
         if like is not None and isinstance(value, int | float | bool | list | tuple):
             return self.constant(np.asarray(value, dtype=like.numpy))
         array = np.asarray(value)
-        if array.dtype == np.float64:
+        if array.size == 0 and isinstance(value, list | tuple):
+            array = array.astype(np.int64)  # an empty list of axes, pads or sizes
+        elif array.dtype == np.float64:
             array = array.astype(np.float32)
         return self.constant(array)
 
@@ -217,7 +219,11 @@ class GraphBuilder:
 
     def output(self, *values: Var, name: str | None = None,
                names: Sequence[str] | None = None) -> None:
-        """Mark values as graph outputs, optionally renaming them."""
+        """Mark values as graph outputs, optionally renaming them.
+
+        Renaming an input, a constant or a value that is already an output adds an
+        ``Identity`` node, so that every output name stands for one value.
+        """
         if name is not None:
             names = [name]
         if names is not None and len(names) != len(values):
@@ -225,7 +231,13 @@ class GraphBuilder:
         for index, value in enumerate(values):
             if not isinstance(value, Var) or value.builder is not self:
                 raise IRError(f"output {index} is not a value of this graph builder")
-            self._outputs.append((value.name, names[index] if names else None))
+            new = names[index] if names else None
+            if new is not None and new != value.name and (
+                    value.name in self._constants or any(
+                        v.name == value.name for v in self._inputs) or any(
+                        old == value.name for old, _ in self._outputs)):
+                value = self.op("Identity", value)
+            self._outputs.append((value.name, new))
 
     def build(self) -> Graph:
         """The verified graph."""

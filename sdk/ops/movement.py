@@ -334,7 +334,7 @@ def _infer_pad(ctx: InferContext) -> TensorType:
     return data.with_shape(tuple(dims))
 
 
-def _pad_index(size: int, begin: int, end: int, mode: str) -> np.ndarray:
+def pad_index(size: int, begin: int, end: int, mode: str) -> np.ndarray:
     """For each output position along an axis, the input position it copies."""
     p = np.arange(-begin, size + end)
     if mode == "edge":
@@ -368,7 +368,7 @@ def _pad(data: np.ndarray, pads: np.ndarray, constant_value: np.ndarray | None =
         return out
     for axis, (b, e) in enumerate(amounts):
         if max(b, 0) or max(e, 0):
-            x = np.take(x, _pad_index(x.shape[axis], max(b, 0), max(e, 0), mode), axis=axis)
+            x = np.take(x, pad_index(x.shape[axis], max(b, 0), max(e, 0), mode), axis=axis)
     return np.array(x)
 
 

@@ -1,31 +1,16 @@
 """Convolution and pooling (ONNX semantics): Conv, MaxPool, AveragePool,
 GlobalAveragePool and GlobalMaxPool, over any number of spatial axes.
 
-Every windowed op shares one geometry: the input is ``[N, C, D1, ..., Dn]``
-and each spatial axis has a kernel size, stride, dilation and begin/end pads
-(explicit, or derived from ``auto_pad``). The kernels gather every window
-into an array ``[N, C, O1..On, K1..Kn]`` (see :func:`_gather_windows`) and
-reduce over the kernel axes, which keeps them short and obviously correct.
-
-Choices where ONNX is silent or inconsistent:
-
-* ``pads`` together with an ``auto_pad`` other than NOTSET is an error (the
-  ONNX doc forbids it; runtimes disagree on which one wins).
-* ``VALID`` means explicit zero pads, so ``ceil_mode`` applies to it as to
-  NOTSET (as ONNX shape inference and onnxruntime do).
-* SAME_UPPER/SAME_LOWER: output ``ceil(D / stride)``, total pad
-  ``max(0, (out - 1) * stride + (k - 1) * dilation + 1 - D)``, the odd pixel
-  at the end (UPPER) or the beginning (LOWER).
-* With ``ceil_mode`` a window that would start inside the end padding is
-  dropped. Pools reject explicit pads >= the kernel size (as onnxruntime).
-* An explicitly padded input smaller than the dilated kernel is an error.
+The windowed ops share one geometry, with the padding rules and the choices
+where ONNX is silent: see :mod:`polyhal.ops.window`. The kernels gather every
+window into an array ``[N, C, O1..On, K1..Kn]`` (see :func:`_gather_windows`)
+and reduce over the kernel axes, which keeps them short and obviously correct.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -36,120 +21,24 @@ from polyhal.ir.limits import ensure_allocatable
 from polyhal.ir.types import TensorType
 from polyhal.ops.infer import InferContext
 from polyhal.ops.registry import REQUIRED, Attr, AttrKind, Input, OpDef, Output, register
-
-_AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
-
-
-class _BadWindow(ValueError):
-    """An invalid window attribute; inference reports it as a VerificationError."""
-
-
-@dataclass(frozen=True)
-class _Window:
-    """The validated window attributes of one node (``kernel`` may be symbolic)."""
-
-    kernel: tuple[D.Dim, ...]
-    strides: tuple[int, ...]
-    dilations: tuple[int, ...]
-    pads: tuple[int, ...]  # [x1_begin, ..., xn_begin, x1_end, ..., xn_end]
-    auto_pad: str
-    ceil_mode: bool
-
-
-def _ints(attrs: Mapping[str, Any], name: str, count: int, default: int,
-          minimum: int) -> tuple[int, ...]:
-    value = attrs.get(name)
-    if value is None:
-        return (default,) * count
-    if len(value) != count:
-        raise _BadWindow(f"attribute {name}={list(value)} has {len(value)} values, "
-                         f"expected {count}")
-    if any(v < minimum for v in value):
-        raise _BadWindow(f"attribute {name}={list(value)}: every value must be >= {minimum}")
-    return tuple(int(v) for v in value)
-
-
-def _window(kernel: Sequence[D.Dim], attrs: Mapping[str, Any], pool: bool) -> _Window:
-    """Check the window attributes of a node with spatial kernel ``kernel``."""
-    n = len(kernel)
-    auto_pad = attrs["auto_pad"]
-    if auto_pad not in _AUTO_PADS:
-        raise _BadWindow(f"attribute auto_pad={auto_pad!r} must be one of {', '.join(_AUTO_PADS)}")
-    if attrs.get("pads") is not None and auto_pad != "NOTSET":
-        raise _BadWindow(f"attributes pads and auto_pad={auto_pad} cannot be used together")
-    ceil_mode = attrs.get("ceil_mode", 0)
-    if ceil_mode not in (0, 1):
-        raise _BadWindow(f"attribute ceil_mode={ceil_mode} must be 0 or 1")
-    pads = _ints(attrs, "pads", 2 * n, 0, 0)
-    if pool:
-        for i, k in enumerate(kernel):
-            if isinstance(k, int) and max(pads[i], pads[n + i]) >= k:
-                raise _BadWindow(f"attribute pads={list(pads)}: pads of spatial axis {i} must "
-                                 f"be smaller than its kernel size {k}")
-    return _Window(tuple(kernel), _ints(attrs, "strides", n, 1, 1),
-                   _ints(attrs, "dilations", n, 1, 1), pads, auto_pad, bool(ceil_mode))
-
-
-def _axis_geometry(size: int, axis: int, win: _Window) -> tuple[int, int, int]:
-    """``(pad_begin, pad_end, output_size)`` of spatial axis ``axis`` of static size."""
-    n = len(win.kernel)
-    k, s, d = int(win.kernel[axis]), win.strides[axis], win.dilations[axis]
-    effective = (k - 1) * d + 1
-    if win.auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        out = -(-size // s)
-        total = max(0, (out - 1) * s + effective - size)
-        begin = total // 2 if win.auto_pad == "SAME_UPPER" else total - total // 2
-        return begin, total - begin, out
-    begin, end = (0, 0) if win.auto_pad == "VALID" else (win.pads[axis], win.pads[n + axis])
-    span = size + begin + end - effective
-    if span < 0:
-        raise _BadWindow(f"spatial axis {axis}: padded size {size + begin + end} is smaller "
-                         f"than the dilated kernel size {effective}")
-    out = (-(-span // s) if win.ceil_mode else span // s) + 1
-    if win.ceil_mode and (out - 1) * s >= size + begin:
-        out -= 1  # the last window would start in the end padding
-    return begin, end, out
-
-
-def _out_dim(ctx: InferContext, size: D.Dim, axis: int, win: _Window) -> D.Dim:
-    """Output size of one spatial axis, symbolic where expressible."""
-    k = win.kernel[axis]
-    if isinstance(size, int) and isinstance(k, int):
-        try:
-            return _axis_geometry(size, axis, win)[2]
-        except _BadWindow as exc:
-            raise ctx.error(str(exc)) from None
-    if not isinstance(k, int):
-        return ctx.fresh(f"out{axis}")
-    s = win.strides[axis]
-    if win.auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        numerator: D.Dim = size  # ceil(size / s)
-        plus = 0
-    else:
-        n = len(win.kernel)
-        pads = 0 if win.auto_pad == "VALID" else win.pads[axis] + win.pads[n + axis]
-        numerator = D.dim_sub(D.dim_add(size, pads), (k - 1) * win.dilations[axis] + 1)
-        plus = 1
-    # When s divides the numerator exactly, floor and ceil agree; ceil_mode's
-    # start-in-padding rule cannot fire since pool pads are below the kernel size.
-    quotient = D.dim_div_exact(numerator, s)
-    return D.dim_add(quotient, plus) if quotient is not None else ctx.fresh(f"out{axis}")
-
-
-def _check_x(ctx: InferContext) -> TensorType:
-    x = ctx.input(0)
-    if x.rank < 3:
-        raise ctx.error(f"input X must have rank >= 3 ([N, C, D1, ...]), got {x}")
-    return x
+from polyhal.ops.window import (
+    BadWindow,
+    Window,
+    axis_geometry,
+    check_window,
+    check_x,
+    out_dim,
+    window_attrs,
+)
 
 
 def _spatial_out(ctx: InferContext, x: TensorType, kernel: Sequence[D.Dim],
                  pool: bool) -> tuple[D.Dim, ...]:
     try:
-        win = _window(kernel, ctx.attrs, pool)
-    except _BadWindow as exc:
+        win = check_window(kernel, ctx.attrs, pool)
+    except BadWindow as exc:
         raise ctx.error(str(exc)) from None
-    return tuple(_out_dim(ctx, size, i, win) for i, size in enumerate(x.shape[2:]))
+    return tuple(out_dim(ctx, size, i, win) for i, size in enumerate(x.shape[2:]))
 
 
 def _pool_kernel_shape(ctx: InferContext, x: TensorType) -> tuple[int, ...]:
@@ -160,7 +49,7 @@ def _pool_kernel_shape(ctx: InferContext, x: TensorType) -> tuple[int, ...]:
     return tuple(kernel)
 
 
-def _gather_windows(x: np.ndarray, win: _Window, fill: Any, where: str
+def _gather_windows(x: np.ndarray, win: Window, fill: Any, where: str
                     ) -> tuple[np.ndarray, list[np.ndarray], list[tuple[int, int, int]]]:
     """Every window of ``x``, where it reads, and the per-axis geometry.
 
@@ -170,7 +59,7 @@ def _gather_windows(x: np.ndarray, win: _Window, fill: Any, where: str
     axis ``(pad_begin, pad_end, output_size)``.
     """
     spatial = x.shape[2:]
-    geometry = [_axis_geometry(size, i, win) for i, size in enumerate(spatial)]
+    geometry = [axis_geometry(size, i, win) for i, size in enumerate(spatial)]
     coords = [np.arange(out)[:, None] * win.strides[i] - begin
               + np.arange(int(win.kernel[i]))[None, :] * win.dilations[i]
               for i, (begin, _, out) in enumerate(geometry)]
@@ -203,17 +92,10 @@ def _mask(coords: list[np.ndarray], low: Sequence[int], high: Sequence[int]) -> 
     return mask
 
 
-def _window_attrs(kernel: Sequence[int], attrs: Mapping[str, Any], pool: bool) -> _Window:
-    try:
-        return _window(kernel, attrs, pool)
-    except _BadWindow as exc:
-        raise ValueError(str(exc)) from None
-
-
 # --- Conv -------------------------------------------------------------------
 
 def _infer_conv(ctx: InferContext) -> TensorType:
-    x, w = _check_x(ctx), ctx.input(1)
+    x, w = check_x(ctx), ctx.input(1)
     if w.rank != x.rank:
         raise ctx.error(f"input W must have the rank of X ({x.rank}), got {w}")
     group = ctx.attrs["group"]
@@ -243,7 +125,7 @@ def _infer_conv(ctx: InferContext) -> TensorType:
 def _conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *, auto_pad: str,
           dilations: Any, group: int, kernel_shape: Any, pads: Any, strides: Any) -> np.ndarray:
     attrs = {"auto_pad": auto_pad, "dilations": dilations, "pads": pads, "strides": strides}
-    win = _window_attrs(w.shape[2:], attrs, pool=False)
+    win = window_attrs(w.shape[2:], attrs, pool=False)
     windows, _, geometry = _gather_windows(x, win, 0, "Conv")
     out = [g[2] for g in geometry]
     n, c, m = x.shape[0], x.shape[1], w.shape[0]
@@ -288,7 +170,7 @@ register(OpDef(
 # --- Pools ------------------------------------------------------------------
 
 def _infer_max_pool(ctx: InferContext) -> list[TensorType]:
-    x = _check_x(ctx)
+    x = check_x(ctx)
     if ctx.attrs["storage_order"] not in (0, 1):
         raise ctx.error(f"attribute storage_order={ctx.attrs['storage_order']} must be 0 or 1")
     shape = (*x.shape[:2], *_spatial_out(ctx, x, _pool_kernel_shape(ctx, x), pool=True))
@@ -304,7 +186,7 @@ def _max_pool(x: np.ndarray, *, auto_pad: str, ceil_mode: int, dilations: Any,
               ) -> tuple[np.ndarray, np.ndarray]:
     attrs = {"auto_pad": auto_pad, "ceil_mode": ceil_mode, "dilations": dilations,
              "pads": pads, "strides": strides}
-    win = _window_attrs(kernel_shape, attrs, pool=True)
+    win = window_attrs(kernel_shape, attrs, pool=True)
     windows, coords, geometry = _gather_windows(x, win, _lowest(x.dtype), "MaxPool")
     spatial, out = x.shape[2:], [g[2] for g in geometry]
     size = math.prod(kernel_shape)  # explicit: -1 is ambiguous for empty arrays
@@ -346,7 +228,7 @@ register(OpDef(
 
 
 def _infer_average_pool(ctx: InferContext) -> TensorType:
-    x = _check_x(ctx)
+    x = check_x(ctx)
     if ctx.attrs["count_include_pad"] not in (0, 1):
         raise ctx.error(f"attribute count_include_pad={ctx.attrs['count_include_pad']} "
                         "must be 0 or 1")
@@ -358,7 +240,7 @@ def _average_pool(x: np.ndarray, *, auto_pad: str, ceil_mode: int, count_include
                   dilations: Any, kernel_shape: Any, pads: Any, strides: Any) -> np.ndarray:
     attrs = {"auto_pad": auto_pad, "ceil_mode": ceil_mode, "dilations": dilations,
              "pads": pads, "strides": strides}
-    win = _window_attrs(kernel_shape, attrs, pool=True)
+    win = window_attrs(kernel_shape, attrs, pool=True)
     windows, coords, geometry = _gather_windows(x, win, 0, "AveragePool")
     spatial, out = x.shape[2:], [g[2] for g in geometry]
     size = math.prod(kernel_shape)  # explicit: -1 is ambiguous for empty arrays

@@ -2,9 +2,10 @@
 BatchNormalization (inference), LayerNormalization, LRN and Dropout
 (inference).
 
-Softmax, LogSoftmax, BatchNormalization and LayerNormalization are
+Softmax, LogSoftmax, BatchNormalization, LayerNormalization and LRN are
 composites: their decompositions rebuild them from reductions and
-elementwise arithmetic, in the same order of operations as the kernels.
+elementwise arithmetic (LRN's channel window sum as a Conv with a kernel of
+ones), in the same order of operations as the kernels.
 """
 
 from __future__ import annotations
@@ -260,13 +261,27 @@ def _lrn(x: np.ndarray, *, alpha: float, beta: float, bias: float, size: int) ->
     return x / (bias + alpha / size * square_sum) ** beta
 
 
+def _decompose_lrn(x: Any, *, alpha: float, beta: float, bias: float, size: int) -> Any:
+    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
+    spatial = x.type.rank - 2
+    ones = np.ones([1, 1, size, *[1] * spatial], dtype=x.dtype.numpy)
+    # [N, 1, C, D...]: the channel window is a Conv window over the C axis
+    square = ops.unsqueeze(x * x, _axes_const([1]))
+    window = ops.conv(square, ones, pads=[before, *[0] * spatial, after, *[0] * spatial])
+    square_sum = ops.squeeze(window, _axes_const([1]))
+    dtype = x.dtype.numpy
+    base = np.asarray(bias, dtype) + np.asarray(alpha / size, dtype) * square_sum
+    return x / ops.pow(base, np.asarray(beta, dtype))
+
+
 register(OpDef(
     name="LRN", inputs=(Input("X", "T"),), outputs=(Output("Y", "T"),), type_vars=_FLOAT,
     attrs=(Attr("alpha", AttrKind.FLOAT, 1e-4, "Scaling parameter."),
            Attr("beta", AttrKind.FLOAT, 0.75, "The exponent."),
            Attr("bias", AttrKind.FLOAT, 1.0, "Added before the power."),
            Attr("size", AttrKind.INT, REQUIRED, "Channels summed over (>= 1).")),
-    infer=_infer_lrn, kernel=_lrn, onnx_since=13, differentiable=True,
+    infer=_infer_lrn, kernel=_lrn, decompose=_decompose_lrn, onnx_since=13,
+    differentiable=True,
     doc="Local response normalization across channels (axis 1): "
         "Y = X / (bias + alpha / size * sum of X^2 over channels "
         "[c - floor((size-1)/2), c + ceil((size-1)/2)])^beta."))

@@ -31,7 +31,7 @@ Choices where ONNX is silent or its implementations disagree:
   ``O`` (as onnxruntime and onnx's reference evaluator; onnx's shape
   inference adds it to ``O``).
 * The window attributes (auto_pad, strides, dilations, pads) are checked as
-  Conv checks them (:mod:`polyhal.ops.nn`): ``pads`` together with an
+  Conv checks them (:mod:`polyhal.ops.window`): ``pads`` together with an
   auto_pad other than NOTSET is an error. ``output_padding`` must be smaller
   than the stride or the dilation of its axis, and every spatial axis of X
   needs at least one position.
@@ -46,44 +46,45 @@ from typing import Any
 import numpy as np
 
 from polyhal.ir import dims as D
+from polyhal.ir.dtypes import FLOAT_TYPES
 from polyhal.ir.limits import ensure_allocatable
 from polyhal.ir.types import TensorType
 from polyhal.ops.infer import InferContext
-from polyhal.ops.nn import _FLOAT, _BadWindow, _check_x, _ints, _Window, _window
 from polyhal.ops.registry import Attr, AttrKind, Input, OpDef, Output, register
+from polyhal.ops.window import BadWindow, Window, check_window, check_x, window_ints
 
 _SAME = ("SAME_UPPER", "SAME_LOWER")
 
 
 @dataclass(frozen=True)
-class _Transposed:
+class Transposed:
     """The validated attributes of one ConvTranspose node."""
 
-    win: _Window
+    win: Window
     output_padding: tuple[int, ...]
     output_shape: tuple[int, ...] | None
 
 
-def _transposed(kernel: Sequence[D.Dim], attrs: Mapping[str, Any]) -> _Transposed:
+def transposed_window(kernel: Sequence[D.Dim], attrs: Mapping[str, Any]) -> Transposed:
     """Check the attributes of a node with spatial kernel ``kernel``."""
-    win = _window(kernel, attrs, pool=False)
+    win = check_window(kernel, attrs, pool=False)
     n = len(kernel)
-    output_padding = _ints(attrs, "output_padding", n, 0, 0)
+    output_padding = window_ints(attrs, "output_padding", n, 0, 0)
     for i, (p, s, d) in enumerate(zip(output_padding, win.strides, win.dilations, strict=True)):
         if p >= max(s, d):
-            raise _BadWindow(f"attribute output_padding={list(output_padding)}: the value of "
-                             f"spatial axis {i} must be smaller than its stride {s} or its "
-                             f"dilation {d}")
-    shape = _ints(attrs, "output_shape", n, 0, 0) if attrs.get("output_shape") else None
-    return _Transposed(win, output_padding, shape)
+            raise BadWindow(f"attribute output_padding={list(output_padding)}: the value of "
+                            f"spatial axis {i} must be smaller than its stride {s} or its "
+                            f"dilation {d}")
+    shape = window_ints(attrs, "output_shape", n, 0, 0) if attrs.get("output_shape") else None
+    return Transposed(win, output_padding, shape)
 
 
-def _geometry(size: int, axis: int, t: _Transposed) -> tuple[int, int, int]:
+def transposed_geometry(size: int, axis: int, t: Transposed) -> tuple[int, int, int]:
     """``(pad_begin, full, output_size)`` of spatial axis ``axis`` of static size."""
     win = t.win
     if size < 1:
-        raise _BadWindow(f"spatial axis {axis} of X is empty; ConvTranspose needs at least "
-                         "one input position")
+        raise BadWindow(f"spatial axis {axis} of X is empty; ConvTranspose needs at least "
+                        "one input position")
     k, s, d = int(win.kernel[axis]), win.strides[axis], win.dilations[axis]
     full = s * (size - 1) + t.output_padding[axis] + (k - 1) * d + 1
     if t.output_shape is not None or win.auto_pad in _SAME:
@@ -94,20 +95,20 @@ def _geometry(size: int, axis: int, t: _Transposed) -> tuple[int, int, int]:
     n = len(win.kernel)
     begin, end = (0, 0) if win.auto_pad == "VALID" else (win.pads[axis], win.pads[n + axis])
     if begin + end > full:
-        raise _BadWindow(f"spatial axis {axis}: pads {begin} and {end} remove more than the "
-                         f"{full} positions of the full output")
+        raise BadWindow(f"spatial axis {axis}: pads {begin} and {end} remove more than the "
+                        f"{full} positions of the full output")
     return begin, full, full - begin - end
 
 
-def _out_dim(ctx: InferContext, size: D.Dim, axis: int, t: _Transposed) -> D.Dim:
+def _out_dim(ctx: InferContext, size: D.Dim, axis: int, t: Transposed) -> D.Dim:
     """Output size of one spatial axis, symbolic where expressible."""
     if t.output_shape is not None:
         return t.output_shape[axis]
     k = t.win.kernel[axis]
     if isinstance(size, int) and isinstance(k, int):
         try:
-            return _geometry(size, axis, t)[2]
-        except _BadWindow as exc:
+            return transposed_geometry(size, axis, t)[2]
+        except BadWindow as exc:
             raise ctx.error(str(exc)) from None
     s = t.win.strides[axis]
     if t.win.auto_pad in _SAME:
@@ -121,7 +122,7 @@ def _out_dim(ctx: InferContext, size: D.Dim, axis: int, t: _Transposed) -> D.Dim
 
 
 def _infer_conv_transpose(ctx: InferContext) -> TensorType:
-    x, w = _check_x(ctx), ctx.input(1)
+    x, w = check_x(ctx), ctx.input(1)
     if w.rank != x.rank:
         raise ctx.error(f"input W must have the rank of X ({x.rank}), got {w}")
     group = ctx.attrs["group"]
@@ -148,8 +149,8 @@ def _infer_conv_transpose(ctx: InferContext) -> TensorType:
             raise ctx.error(f"input B must have shape [{m}] (one bias per output channel), "
                             f"got {b}")
     try:
-        t = _transposed(kernel, ctx.attrs)
-    except _BadWindow as exc:
+        t = transposed_window(kernel, ctx.attrs)
+    except BadWindow as exc:
         raise ctx.error(str(exc)) from None
     spatial = tuple(_out_dim(ctx, size, i, t) for i, size in enumerate(x.shape[2:]))
     return TensorType(x.dtype, (x.shape[0], m, *spatial))
@@ -163,9 +164,9 @@ def _conv_transpose(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *
              "output_shape": output_shape, "pads": pads, "strides": strides}
     kernel, spatial = w.shape[2:], x.shape[2:]
     try:
-        t = _transposed(kernel, attrs)
-        geometry = [_geometry(size, i, t) for i, size in enumerate(spatial)]
-    except _BadWindow as exc:
+        t = transposed_window(kernel, attrs)
+        geometry = [transposed_geometry(size, i, t) for i, size in enumerate(spatial)]
+    except BadWindow as exc:
         raise ValueError(str(exc)) from None
     full = [g[1] for g in geometry]
     n, c, m_per_group = x.shape[0], x.shape[1], w.shape[1]
@@ -199,7 +200,7 @@ register(OpDef(
     name="ConvTranspose",
     inputs=(Input("X", "T"), Input("W", "T"), Input("B", "T", optional=True)),
     outputs=(Output("Y", "T"),),
-    type_vars=_FLOAT,
+    type_vars={"T": FLOAT_TYPES},
     attrs=(
         Attr("auto_pad", AttrKind.STRING, "NOTSET", "NOTSET, SAME_UPPER, SAME_LOWER or VALID."),
         Attr("dilations", AttrKind.INTS, None, "Per spatial axis; default 1."),

@@ -723,6 +723,15 @@ def test_lrn(dtype, shape, size):
     check(run_op("LRN", [x], attrs)[0], lrn_ref(x, size, 0.5, 0.6, 2.0), dtype)
 
 
+@pytest.mark.parametrize(("shape", "size"), [((2, 5, 3, 3), 3), ((1, 6, 4), 4), ((2, 3), 1),
+                                             ((1, 4, 2, 2), 9)])
+def test_lrn_decomposition(shape, size):
+    x = random_array(F64, shape, seed=26)
+    attrs = {"size": size, "alpha": 0.5, "beta": 0.6, "bias": 2.0}
+    got = run_decomposed("LRN", [x], attrs)[0]
+    np.testing.assert_allclose(got, lrn_ref(x, size, 0.5, 0.6, 2.0), rtol=1e-12)
+
+
 def test_lrn_hand_values():
     x = np.array([[1.0, 2.0, 3.0]]).reshape(1, 3, 1)
     got = run_op("LRN", [x], {"size": 2, "alpha": 2.0, "beta": 1.0, "bias": 1.0})[0]

@@ -1,11 +1,12 @@
 """Window geometry shared by the fast Conv and pooling kernels.
 
 The geometry (output sizes, begin/end pads, attribute validation) is the
-reference's own (:mod:`polyhal.ops.nn`), so the fast kernels accept and reject
-exactly what the specification does. What differs is how windows are read:
-instead of gathering every window into an ``[N, C, O..., K...]`` array, the
-input is padded once (only as far as some window reaches) and read through
-strided views, one per kernel position or all at once (``as_strided``).
+reference's own (:mod:`polyhal.ops.window`), so the fast kernels accept and
+reject exactly what the specification does. What differs is how windows are
+read: instead of gathering every window into an ``[N, C, O..., K...]`` array,
+the input is padded once (only as far as some window reaches) and read
+through strided views, one per kernel position or all at once
+(``as_strided``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from polyhal.ir.limits import ensure_allocatable
-from polyhal.ops.nn import _axis_geometry, _window_attrs
+from polyhal.ops.window import axis_geometry, window_attrs
 
 
 class Windows:
@@ -26,12 +27,12 @@ class Windows:
 
     def __init__(self, spatial: Sequence[int], kernel: Sequence[int], attrs: dict[str, Any],
                  pool: bool) -> None:
-        win = _window_attrs(tuple(int(k) for k in kernel), attrs, pool)
+        win = window_attrs(tuple(int(k) for k in kernel), attrs, pool)
         self.kernel = tuple(int(k) for k in kernel)
         self.strides = win.strides
         self.dilations = win.dilations
         self.spatial = tuple(int(s) for s in spatial)
-        geometry = [_axis_geometry(size, i, win) for i, size in enumerate(self.spatial)]
+        geometry = [axis_geometry(size, i, win) for i, size in enumerate(self.spatial)]
         self.begin = tuple(g[0] for g in geometry)
         self.end = tuple(g[1] for g in geometry)
         self.out = tuple(g[2] for g in geometry)
