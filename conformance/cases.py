@@ -33,8 +33,13 @@ class Case:
     expected: list[np.ndarray] = field(default_factory=list)
     tolerance: Tolerance | None = None
     check: Any = None
-    """For cases that are not graph-vs-reference comparisons: a callable
-    ``check(device, timeout) -> CaseResult fields`` (L0, L5)."""
+    """For cases that are not one graph-vs-reference comparison: a callable
+    ``check(device)`` returning ``(ok, message)`` (L0, L5) or a
+    :class:`~polyhal.conformance.tolerances.Comparison` (L3's training steps)."""
+    not_applicable: str = ""
+    """Why the case does not apply to this device (L3: an op without a gradient, a
+    gradient graph with ops the device does not claim): graded ``not_applicable``
+    without running, and listed in the report with this reason."""
 
 
 def op_graph(op: OpDef, sample: OpSample) -> tuple[Graph, list[np.ndarray]]:

@@ -27,11 +27,21 @@ class Profile:
     """Threads calling one executable at once in L5."""
     case_timeout_s: float
     """Per-call timeout of a device under test."""
+    gradient_dtypes: int = 0
+    """L3: float dtypes per op (float32 first, then float64, float16, bfloat16); 0: all."""
+    gradient_shape_classes: tuple[str, ...] = ()
+    """L3: the shape classes of op gradients, in order of preference (empty: the L1 ones)."""
+    gradient_classes_per_op: int = 0
+    """L3: op gradients in the first this many of those classes that have a sample; 0: all."""
+    training_steps: int = 4
+    """L3: optimizer steps of the training case."""
 
 
 PROFILES = {
     "ci": Profile("ci", ("scalar", "rank1", "rank2", "rank4", "broadcast", "empty", "symbolic",
-                         "special"), (0,), 1 << 16, 1000, 4, 60.0),
+                         "special"), (0,), 1 << 16, 1000, 4, 60.0, gradient_dtypes=1,
+                 gradient_shape_classes=("rank2", "broadcast", "rank4", "rank1", "scalar"),
+                 gradient_classes_per_op=2),
     "full": Profile("full", ("scalar", "rank1", "rank2", "rank3", "rank4", "rank5", "broadcast",
                              "empty", "symbolic", "special"), (0, 1, 2), 1 << 22, 1000, 8,
                     120.0),

@@ -11,7 +11,8 @@ from polyhal.conformance.runner import OUTCOMES, Report
 
 SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 COLOURS = {"passed": "#2e7d32", "failed": "#c62828", "crashed": "#6a1b9a",
-           "timeout": "#ef6c00", "xfail": "#607d8b", "xpass": "#ad1457"}
+           "timeout": "#ef6c00", "xfail": "#607d8b", "xpass": "#ad1457",
+           "not_applicable": "#9e9e9e"}
 
 
 def write_report(report: Report, folder: str | Path) -> list[Path]:
@@ -48,13 +49,34 @@ def render_markdown(report: Report) -> str:
         if counts:
             lines.append(f"| {level} | " + " | ".join(str(counts[o]) for o in OUTCOMES) + " |")
     lines += _by_op(report, "onnx")
-    problems = [c for c in report.cases if c.outcome != "passed"]
+    problems = [c for c in report.cases if c.outcome not in ("passed", "not_applicable")]
     if problems:
         lines += ["", "## Cases not passed", "", "| case | outcome | message |",
                   "| --- | --- | --- |"]
-        lines += [f"| `{c.id}` | {c.outcome} | {c.message.replace('|', '/')[:300]} |"
-                  for c in problems]
+        lines += [f"| `{c.id}` | {c.outcome} | {_cell(c.message)} |" for c in problems]
+    lines += _not_applicable(report)
     return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "/").replace("\n", " ")[:300]
+
+
+def _not_applicable(report: Report) -> list[str]:
+    """Cases that did not apply, by level and op: how many, and the first one's reason."""
+    groups: dict[tuple[str, str], list] = {}
+    for c in report.cases:
+        if c.outcome == "not_applicable":
+            groups.setdefault((c.level, c.op or "?"), []).append(c)
+    if not groups:
+        return []
+    lines = ["", "## Not applicable", "", "Cases generated from what the device claims that "
+             "do not apply to it (every case id is in `report.json`).", "",
+             "| level | op | cases | reason (first case) |", "| --- | --- | --- | --- |"]
+    for (level, op), cases in groups.items():
+        lines.append(f"| {level} | {op} | {len(cases)} | `{cases[0].id}`: "
+                     f"{_cell(cases[0].message)} |")
+    return lines
 
 
 def _by_op(report: Report, level: str) -> list[str]:

@@ -17,7 +17,7 @@ from polyhal.conformance.execute import grade, run_on_device
 from polyhal.conformance.levels import GENERATORS
 from polyhal.conformance.manifest import Entry, load_manifest, unsettled
 from polyhal.conformance.profiles import get_profile, parse_levels
-from polyhal.conformance.tolerances import TOLERANCE_VERSION
+from polyhal.conformance.tolerances import TOLERANCE_VERSION, Comparison
 from polyhal.errors import (
     ConformanceError,
     DeviceCrashError,
@@ -29,8 +29,9 @@ from polyhal.hal.contract import Device
 from polyhal.hal.registry import get_adapter, open_device
 from polyhal.ops.registry import all_ops, domains
 
-SUITE_VERSION = "1.0"
-OUTCOMES = ("passed", "failed", "crashed", "timeout", "xfail", "xpass")
+SUITE_VERSION = "1.1"
+OUTCOMES = ("passed", "failed", "crashed", "timeout", "xfail", "xpass", "not_applicable")
+"""``not_applicable``: the case did not run (L3: no gradient, or one the device cannot run)."""
 BAD_OUTCOMES = ("failed", "crashed", "timeout", "xpass")
 
 
@@ -132,17 +133,23 @@ def execute_case(case: Case, device: Device) -> CaseResult:
     start = time.perf_counter()
     result = CaseResult(case.id, case.level, case.op, case.dtype, case.shape_class, "passed",
                         tolerance=case.tolerance.as_dict() if case.tolerance else None)
+    if case.not_applicable:
+        result.outcome, result.message, result.tolerance = ("not_applicable",
+                                                            case.not_applicable, None)
+        return result
     try:
-        if case.check is not None:
-            ok, message = case.check(device)
-            result.outcome, result.message = ("passed" if ok else "failed"), message
-        else:
+        if case.check is None:
             actual = run_on_device(device, case.graph, case.inputs)  # type: ignore[arg-type]
-            comparison = grade(actual, case.expected, case.tolerance)  # type: ignore[arg-type]
-            result.max_abs_err = comparison.max_abs_err
-            result.max_rel_err = comparison.max_rel_err
-            result.outcome = "passed" if comparison.ok else "failed"
-            result.message = comparison.message
+            checked = grade(actual, case.expected, case.tolerance)  # type: ignore[arg-type]
+        else:
+            checked = case.check(device)
+        if isinstance(checked, Comparison):
+            result.max_abs_err = checked.max_abs_err
+            result.max_rel_err = checked.max_rel_err
+            ok, result.message = checked.ok, checked.message
+        else:
+            ok, result.message = checked
+        result.outcome = "passed" if ok else "failed"
     except DeviceTimeoutError as exc:
         result.outcome, result.message = "timeout", str(exc)
     except DeviceCrashError as exc:
@@ -157,9 +164,10 @@ def execute_case(case: Case, device: Device) -> CaseResult:
 
 def apply_expectations(result: CaseResult, expected: Entry | None,
                        open_question: Entry | None) -> CaseResult:
-    """Turn failures the manifest or the shared list expects into xfail/xpass."""
+    """Turn failures the manifest or the shared list expects into xfail/xpass (a case
+    that does not apply stays ``not_applicable``)."""
     entry = expected or open_question
-    if entry is None:
+    if entry is None or result.outcome == "not_applicable":
         return result
     if result.outcome == "passed":
         if expected is not None:

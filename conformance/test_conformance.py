@@ -2,7 +2,8 @@
 
 Each case of each ``--adapter`` becomes one test whose id is the case id. The
 device under test runs isolated; expected failures from the adapter's
-manifest become xfails, and an unexpected pass fails.
+manifest become xfails, an unexpected pass fails, and a case that does not
+apply to the device (L3) is skipped with the reason.
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ def test_case(adapter: str, case: Any, devices: dict[str, Any]) -> None:
     manifest = load_manifest(type(get_adapter(adapter)))
     shared = next((e for e in unsettled() if e.matches(case.id)), None)
     result = apply_expectations(execute_case(case, device), manifest.match(case.id), shared)
+    if result.outcome == "not_applicable":
+        pytest.skip(f"not applicable: {result.message}")
     if result.outcome == "xfail":
         pytest.xfail(result.message)
     if result.outcome != "passed":

@@ -13,9 +13,10 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from polyhal.ir.dtypes import DType
+from polyhal.ir.dtypes import FLOAT_TYPES, DType
+from polyhal.ir.graph import Graph
 
-TOLERANCE_VERSION = "1"
+TOLERANCE_VERSION = "2"
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,9 @@ LOOSER_OPS = {"core.MatMul", "core.Gemm", "core.Conv", "core.ConvTranspose", "co
               "core.AveragePool", "core.GlobalAveragePool", "core.Pow", "core.Erf", "core.Gelu",
               "core.Mean", "core.Sum", "core.ScatterElements", "core.ScatterND"}
 """Ops whose results depend on summation order or on a transcendental
-approximation: tolerances are scaled by 4."""
+approximation: tolerances are scaled by ``LOOSER_SCALE``."""
+
+LOOSER_SCALE = 4.0
 
 
 COMPUTED_IN_FLOAT32 = {"core.LayerNormalization"}
@@ -61,8 +64,43 @@ def tolerance_for(op: str | None, dtypes: Sequence[DType]) -> Tolerance:
         return Tolerance()
     atol = max(t.atol for t in floats)
     rtol = max(t.rtol for t in floats)
-    scale = 4.0 if op in LOOSER_OPS else 1.0
+    scale = LOOSER_SCALE if op in LOOSER_OPS else 1.0
     return Tolerance(atol * scale, rtol * scale)
+
+
+MODEL_SCALE = 10.0
+"""Whole models (L2) accumulate error over layers: 10x one MatMul's tolerance."""
+
+GRADIENT_SCALE = 4.0
+"""A gradient graph (L3) is a short chain of ops per forward op (a rule's
+products and differences, sums over broadcast axes, scatters), each rounding
+once: an op's gradient gets this multiple of the loosest forward tolerance of
+its graph. A model's gradient gets the model tolerance (``MODEL_SCALE`` already
+allows for a long chain of ops)."""
+
+
+def gradient_tolerance(graph: Graph, model: bool = False) -> Tolerance:
+    """The tolerance of a gradient graph (L3).
+
+    The loosest forward tolerance over the dtypes of every value the graph
+    computes (a float64 gradient that rounds through float32 gets float32's)
+    and over its ops (``LOOSER_SCALE`` when any is in ``LOOSER_OPS``), times ``GRADIENT_SCALE``;
+    for a ``model``'s gradient (or a training step), MatMul's tolerance times
+    ``MODEL_SCALE``, as for the model itself in L2.
+    """
+    ops = {node.qualified_op for node in graph.nodes}
+    dtypes = {v.type.dtype for node in graph.nodes for v in node.outputs} | {
+        v.type.dtype for v in graph.outputs}
+    if ops & COMPUTED_IN_FLOAT32 and DType.FLOAT64 in dtypes:
+        dtypes.add(DType.FLOAT32)
+    floats = [BY_DTYPE[d] for d in dtypes & FLOAT_TYPES]
+    if not floats:
+        return Tolerance()
+    if model:
+        scale = LOOSER_SCALE * MODEL_SCALE
+    else:
+        scale = (LOOSER_SCALE if ops & LOOSER_OPS else 1.0) * GRADIENT_SCALE
+    return Tolerance(max(t.atol for t in floats) * scale, max(t.rtol for t in floats) * scale)
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from polyhal import ops
 from polyhal._version import __version__
 from polyhal.errors import (
     AdapterContractError,
+    CheckpointError,
     ConformanceError,
     DeviceCrashError,
     DeviceError,
@@ -15,6 +16,7 @@ from polyhal.errors import (
     LimitExceededError,
     PolyhalError,
     SerializationError,
+    TrainingError,
     UnsupportedError,
     VerificationError,
 )
@@ -23,9 +25,9 @@ from polyhal.reference import run
 from polyhal.runtime import compile
 
 __all__ = [
-    "AdapterContractError", "ConformanceError", "DType", "DeviceCrashError", "DeviceError",
-    "DeviceTimeoutError", "ExecutionError",
+    "AdapterContractError", "CheckpointError", "ConformanceError", "DType",
+    "DeviceCrashError", "DeviceError", "DeviceTimeoutError", "ExecutionError",
     "Graph", "GraphBuilder", "IRError", "InputBindingError", "LimitExceededError",
-    "PolyhalError", "SerializationError", "TensorType", "UnsupportedError",
+    "PolyhalError", "SerializationError", "TensorType", "TrainingError", "UnsupportedError",
     "VerificationError", "__version__", "compile", "load", "ops", "run", "save",
 ]

@@ -127,7 +127,7 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
 
             def on_result(result, index, total, task=task):
                 nonlocal bad
-                bad += result.outcome not in ("passed", "xfail")
+                bad += result.outcome not in ("passed", "xfail", "not_applicable")
                 progress.update(task, completed=index + 1, failures=bad)
 
             report = run_suite(name, levels=args.level, profile=args.profile,
@@ -141,14 +141,18 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
                                   for d, c in report.coverage.items()), markup=False)
         for level in report.levels:
             cases = [c for c in report.cases if c.level == level]
+            skipped = sum(c.outcome == "not_applicable" for c in cases)
+            ran = len(cases) - skipped
             if cases:
                 passed = sum(c.outcome == "passed" for c in cases)
                 listed = sum(c.outcome == "xfail" for c in cases)
-                console.print(f"  {level}: {len(cases)} cases run, {passed} passed "
-                              f"({100 * passed / len(cases):.1f}%), {listed} listed as expected "
-                              f"failures, {len(cases) - passed - listed} other", markup=False)
+                console.print(f"  {level}: {ran} cases run, {passed} passed "
+                              f"({100 * passed / max(ran, 1):.1f}%), {listed} listed as expected "
+                              f"failures, {ran - passed - listed} other"
+                              + (f"; {skipped} not applicable (see the report)" if skipped
+                                 else ""), markup=False)
         for case in report.cases:
-            if case.outcome not in ("passed", "xfail"):
+            if case.outcome not in ("passed", "xfail", "not_applicable"):
                 console.print(f"  {case.outcome:8} {case.id}: {case.message[:200]}",
                               markup=False)
         if args.report:

@@ -17,7 +17,9 @@ message names what is wrong and where (node, op, input, attribute, file).
     │   ├── DeviceCrashError     the device's process died
     │   └── DeviceTimeoutError   a device call ran past its timeout
     ├── AdapterContractError     an adapter breaks the HAL contract
-    └── ConformanceError         the conformance suite cannot proceed
+    ├── ConformanceError         the conformance suite cannot proceed
+    └── TrainingError            training cannot proceed (data, arguments)
+        └── CheckpointError      a checkpoint is unreadable or does not match the run
 """
 
 from __future__ import annotations
@@ -73,3 +75,11 @@ class AdapterContractError(PolyhalError):
 
 class ConformanceError(PolyhalError):
     """The conformance suite cannot proceed."""
+
+
+class TrainingError(PolyhalError):
+    """Training cannot proceed: bad data, arguments or state."""
+
+
+class CheckpointError(TrainingError):
+    """A checkpoint cannot be read, or does not match the run resuming from it."""

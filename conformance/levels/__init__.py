@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from polyhal.conformance.cases import Case
-from polyhal.conformance.levels import l0, l1, l2, l4_snn, l5, onnx_node
+from polyhal.conformance.levels import l0, l1, l2, l3, l4_snn, l5, onnx_node
 from polyhal.conformance.profiles import Profile
 from polyhal.hal.capabilities import Capabilities
 
@@ -15,11 +15,12 @@ GENERATORS: dict[str, Generator] = {
     "L0": l0.generate,
     "L1": l1.generate,
     "L2": l2.generate,
+    "L3": l3.generate,
     "L4-snn": l4_snn.generate,
     "L5": l5.generate,
     "onnx": onnx_node.generate,
 }
-"""Levels that have generators; others (L3, L4-quantum, L4-quant) arrive with their
+"""Levels that have generators; others (L4-quantum, L4-quant) arrive with their
 features."""
 
 __all__ = ["GENERATORS", "Generator"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -11,11 +11,12 @@ from polyhal.conformance.cases import Case, op_case
 from polyhal.conformance.profiles import Profile
 from polyhal.conformance.recipes import recipe_for
 from polyhal.hal.capabilities import Capabilities
+from polyhal.ir.dtypes import DType
 from polyhal.ops.registry import OpDef, get_op
 from polyhal.runtime.placement import covers
 
 
-def primary_dtypes(op: OpDef, caps: Capabilities) -> list:
+def primary_dtypes(op: OpDef, caps: Capabilities) -> list[DType]:
     """The claimed dtypes of ``op``'s first type variable, in a stable order."""
     claimed = caps.ops.get(op.qualified_name, frozenset())
     allowed = op.type_vars[op.inputs[0].type_var] if op.inputs else frozenset().union(
@@ -34,18 +35,26 @@ def generate(caps: Capabilities, profile: Profile) -> Iterator[Case]:
     for name in caps.claimed_ops:
         domain, _, op_name = name.partition(".")
         op = get_op(op_name, domain)
-        make = recipe_for(op)
-        for dtype in primary_dtypes(op, caps):
-            for shape_class in profile.shape_classes:
-                for variant, seed in enumerate(profile.seeds):
-                    rng = np.random.default_rng([seed, zlib_hash(f"{name}/{dtype.value}/"
-                                                                 f"{shape_class}")])
-                    sample = make(op, dtype, shape_class, rng)
-                    if sample is None:
-                        continue
-                    case = op_case(op, dtype, shape_class, variant, sample)
-                    if covered(caps, case):
-                        yield case
+        yield from op_cases(caps, op, primary_dtypes(op, caps), profile.shape_classes,
+                            profile.seeds)
+
+
+def op_cases(caps: Capabilities, op: OpDef, dtypes: Sequence[DType],
+             shape_classes: Sequence[str], seeds: Sequence[int]) -> Iterator[Case]:
+    """The covered L1 cases of ``op`` in ``dtypes`` x ``shape_classes`` x ``seeds``
+    (shape classes the op's recipe has no sample for are left out)."""
+    make = recipe_for(op)
+    for dtype in dtypes:
+        for shape_class in shape_classes:
+            for variant, seed in enumerate(seeds):
+                rng = np.random.default_rng([seed, zlib_hash(f"{op.qualified_name}/"
+                                                             f"{dtype.value}/{shape_class}")])
+                sample = make(op, dtype, shape_class, rng)
+                if sample is None:
+                    continue
+                case = op_case(op, dtype, shape_class, variant, sample)
+                if covered(caps, case):
+                    yield case
 
 
 def zlib_hash(text: str) -> int:

@@ -16,7 +16,7 @@ from polyhal.conformance.levels.l4_snn import TOLERANCES as SNN_TOLERANCES
 from polyhal.conformance.models import MODELS
 from polyhal.conformance.profiles import Profile
 from polyhal.conformance.snn_networks import NETWORKS
-from polyhal.conformance.tolerances import Tolerance, tolerance_for
+from polyhal.conformance.tolerances import MODEL_SCALE, Tolerance, tolerance_for
 from polyhal.hal.capabilities import Capabilities
 from polyhal.ir.dtypes import FLOAT_TYPES, DType
 from polyhal.ops.snn import FLOATS as SNN_FLOATS
@@ -35,8 +35,7 @@ def generate(caps: Capabilities, profile: Profile) -> Iterator[Case]:
                     continue
                 expected = reference_outputs(graph, inputs)
                 base = tolerance_for("core.MatMul", [DType.from_numpy(e.dtype) for e in expected])
-                # Whole models accumulate error over layers: allow 10x one op's tolerance.
-                tol = Tolerance(base.atol * 10, base.rtol * 10)
+                tol = Tolerance(base.atol * MODEL_SCALE, base.rtol * MODEL_SCALE)
                 yield Case(f"L2/{name}/{dtype.value}/batch-{variant}", "L2", name, dtype.value,
                            "model", graph=graph, inputs=inputs, expected=expected,
                            tolerance=tol)

@@ -1,5 +1,6 @@
 """Graph-to-graph passes. Each returns a new graph; none mutates its input."""
 
+from polyhal.passes.autocast import FLOAT32_OPS, LOW_PRECISION_OPS, autocast
 from polyhal.passes.cleanup import (
     eliminate_common_subexpressions,
     eliminate_dead_code,
@@ -12,7 +13,7 @@ from polyhal.passes.rebuild import rebuild, replay
 from polyhal.passes.rewrite import Computed, Match, P, R, Rule, V, apply_rules, find_match
 from polyhal.passes.specialize import specialize
 
-__all__ = ["FUSION_RULES", "Computed", "Match", "P", "R", "Rule", "V", "apply_rules",
-           "decompose", "decompose_node", "eliminate_common_subexpressions",
-           "eliminate_dead_code", "find_match", "fold_constants", "rebuild", "replay",
-           "simplify", "specialize"]
+__all__ = ["FLOAT32_OPS", "FUSION_RULES", "LOW_PRECISION_OPS", "Computed", "Match", "P", "R",
+           "Rule", "V", "apply_rules", "autocast", "decompose", "decompose_node",
+           "eliminate_common_subexpressions", "eliminate_dead_code", "find_match",
+           "fold_constants", "rebuild", "replay", "simplify", "specialize"]

@@ -46,9 +46,12 @@ def test_reference_passes_and_writes_three_files(reference_report):
     doc = json.loads((out / "report.json").read_text())
     print(f"reference ci profile: {len(doc['cases'])} cases in {doc['duration_s']} s")
     listed = [c["id"] for c in doc["cases"] if c["outcome"] == "xfail"]
-    assert doc["summary"]["passed"] + len(listed) == len(doc["cases"]) > 1000
+    skipped = doc["summary"]["not_applicable"]
+    assert doc["summary"]["passed"] + len(listed) + skipped == len(doc["cases"]) > 1000
     assert all(case.startswith("onnx/test_training_dropout") for case in listed)
-    assert {c["level"] for c in doc["cases"]} == {"L0", "L1", "L2", "L4-snn", "L5", "onnx"}
+    assert {c["level"] for c in doc["cases"]} == {"L0", "L1", "L2", "L3", "L4-snn", "L5",
+                                                  "onnx"}
+    assert {c["level"] for c in doc["cases"] if c["outcome"] == "not_applicable"} == {"L3"}
     onnx_cases = [c for c in doc["cases"] if c["level"] == "onnx"]
     passed = sum(c["outcome"] == "passed" for c in onnx_cases)
     print(f"onnx level: {len(onnx_cases)} cases, {passed} passed, {len(listed)} listed")
@@ -72,8 +75,8 @@ def test_case_set_hash_is_stable_across_runs(reference_report):
     _, out = reference_report
     doc = json.loads((out / "report.json").read_text())
     with open_device("reference") as device:
-        cases = generate_cases(device.capabilities, ["L0", "L1", "L2", "L4-snn", "L5", "onnx"],
-                               "ci")
+        cases = generate_cases(device.capabilities, ["L0", "L1", "L2", "L3", "L4-snn", "L5",
+                                                     "onnx"], "ci")
     assert case_set_hash(cases) == doc["case_set_hash"]
     assert [c.id for c in cases] == [c["id"] for c in doc["cases"]]
 
@@ -89,7 +92,10 @@ def test_template_passes_its_claimed_cases_and_shows_coverage(tmp_path):
     assert {c.dtype for c in report.cases if c.level == "L1"} == {"float32", "float64"}
     assert any(c.id.startswith("L2/mlp/") for c in report.cases)
     assert not any(c.id.startswith("L2/cnn/") for c in report.cases)  # Conv is not claimed
-    assert {c.id.split("/")[0] for c in report.cases} == {"L0", "L1", "L2", "L5", "onnx"}
+    assert {c.id.split("/")[0] for c in report.cases} == {"L0", "L1", "L2", "L3", "L5", "onnx"}
+    gradients = [c for c in report.cases if c.level == "L3"]
+    assert {c.outcome for c in gradients} == {"passed", "not_applicable"}
+    assert [c.id for c in gradients if c.outcome == "passed"] == ["L3/core.Mul/float32/rank2-0"]
     assert {c.op for c in report.cases if c.level == "onnx"} <= set(
         report.coverage["core"]["claimed_ops"])
     errors = [c for c in report.cases if c.id.startswith("L0/errors/")]
@@ -129,11 +135,12 @@ def test_malformed_manifest_is_a_conformance_error(tmp_path, text):
 def test_pytest_plugin_runs_the_cases(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "--pyargs", "polyhal.conformance", "--adapter",
-         "template", "--conformance-level", "L0", "--conformance-level", "L2", "-q",
-         "-p", "no:cacheprovider"],
+         "template", "--conformance-level", "L0", "--conformance-level", "L2",
+         "--conformance-level", "L3", "-q", "-p", "no:cacheprovider"],
         capture_output=True, text=True, cwd=tmp_path, check=False)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert " passed" in result.stdout
+    assert " skipped" in result.stdout  # the L3 cases that do not apply to the template
     assert "failed" not in result.stdout.splitlines()[-1]
 
 

@@ -1,0 +1,83 @@
+"""Training checkpoints: arrays and JSON metadata in one ``.npz`` file.
+
+Writes are atomic: the file is written beside the target under a temporary
+name, flushed to disk and renamed over it, so a run killed mid-write leaves
+the previous checkpoint intact. Reading never unpickles (``allow_pickle`` is
+off): a checkpoint holds numeric arrays and a JSON document only, and every
+malformation is a :class:`~polyhal.errors.CheckpointError` naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import zipfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from polyhal.errors import CheckpointError
+
+FORMAT = "polyhal-checkpoint"
+VERSION = 1
+_META = "__meta__"
+
+
+@dataclass
+class Checkpoint:
+    """The contents of one checkpoint file."""
+
+    arrays: dict[str, np.ndarray]
+    meta: dict[str, Any]
+
+
+def save_checkpoint(path: str | os.PathLike[str], arrays: Mapping[str, np.ndarray],
+                    meta: Mapping[str, Any]) -> Path:
+    """Write ``arrays`` and the JSON-serializable ``meta`` to ``path`` atomically."""
+    target = Path(path)
+    if _META in arrays:
+        raise CheckpointError(f"checkpoint {target}: array name {_META!r} is reserved")
+    document = json.dumps({"format": FORMAT, "version": VERSION, **meta}, sort_keys=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
+                                         dir=target.parent)
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            np.savez(stream, **{_META: np.frombuffer(document.encode(), np.uint8)},
+                     **{name: np.asarray(a) for name, a in arrays.items()})
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
+    """Read a checkpoint written by :func:`save_checkpoint`."""
+    source = Path(path)
+    try:
+        with np.load(source, allow_pickle=False) as archive:
+            names = list(archive.files)
+            if _META not in names:
+                raise CheckpointError(f"checkpoint {source}: not a polyhal checkpoint "
+                                      f"(no {_META} entry)")
+            meta = json.loads(bytes(archive[_META]).decode())
+            arrays = {name: archive[name] for name in names if name != _META}
+    except CheckpointError:
+        raise
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint {source} does not exist") from None
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"checkpoint {source} cannot be read: {exc}") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise CheckpointError(f"checkpoint {source}: not a polyhal checkpoint")
+    if meta.get("version") != VERSION:
+        raise CheckpointError(f"checkpoint {source}: version {meta.get('version')!r} is not "
+                              f"supported (this polyhal reads version {VERSION})")
+    return Checkpoint(arrays, meta)

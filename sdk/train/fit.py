@@ -1,0 +1,306 @@
+"""``fit``: the training loop, and ``evaluate``.
+
+Every step is one graph run on the training device (see
+:mod:`polyhal.train.step`); the host shuffles, batches, keeps metrics and
+writes checkpoints. Runs are deterministic: the permutation of epoch ``e`` is
+``default_rng([seed, e])``'s, so a run resumed from a checkpoint replays the
+same batches and, on the same device, ends with bit-identical weights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from polyhal.errors import CheckpointError, TrainingError
+from polyhal.ir.types import TensorType
+from polyhal.train.checkpoint import load_checkpoint, save_checkpoint
+from polyhal.train.history import History, Progress
+from polyhal.train.losses import Loss, get_loss
+from polyhal.train.optim import Adam, Optimizer
+from polyhal.train.precision import compute_dtype
+from polyhal.train.step import Model, Trainer, _loss_graph
+
+Batch = tuple[np.ndarray, np.ndarray]
+Metric = Callable[[np.ndarray, np.ndarray], float]
+_CLASSIFICATION = ("cross_entropy", "binary_cross_entropy", "binary_cross_entropy_with_logits")
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """Passed to each callback after every step."""
+
+    epoch: int
+    """0-based."""
+    step: int
+    """Steps done so far in the whole run."""
+    batch: int
+    """Batches done so far in this epoch."""
+    loss: float
+    finite: bool
+    checkpointed: bool
+    """Whether a checkpoint was written after this step."""
+
+
+def accuracy(predictions: np.ndarray, targets: np.ndarray, threshold: float = 0.5) -> float:
+    """The fraction of correct predictions: ``argmax`` against integer labels, or
+    ``predictions > threshold`` against 0/1 targets of the same shape."""
+    if np.issubdtype(targets.dtype, np.integer) and predictions.ndim == targets.ndim + 1:
+        return float(np.mean(np.argmax(predictions, axis=-1) == targets))
+    guessed = predictions.astype(np.float32) > threshold
+    return float(np.mean(guessed == (targets.astype(np.float32) > 0.5)))
+
+
+def _metrics(metrics: Sequence[str | Metric] | None, loss: str | Loss
+             ) -> dict[str, Metric]:
+    if metrics is None:
+        metrics = ["accuracy"] if loss in _CLASSIFICATION else []
+    threshold = 0.0 if loss == "binary_cross_entropy_with_logits" else 0.5
+    chosen: dict[str, Metric] = {}
+    for metric in metrics:
+        if metric == "accuracy":
+            chosen["accuracy"] = lambda p, t: accuracy(p, t, threshold)
+        elif callable(metric):
+            chosen[getattr(metric, "__name__", "metric")] = metric
+        else:
+            raise TrainingError(f"unknown metric {metric!r} (known: 'accuracy', or a "
+                                "function of (predictions, targets))")
+    return chosen
+
+
+def _check_arrays(x: Any, y: Any, what: str) -> Batch:
+    try:
+        x, y = np.asarray(x), np.asarray(y)
+    except (TypeError, ValueError) as exc:
+        raise TrainingError(f"{what}: inputs and targets must be arrays: {exc}") from None
+    if x.ndim == 0 or y.ndim == 0 or len(x) != len(y):
+        raise TrainingError(f"{what}: inputs {list(x.shape)} and targets {list(y.shape)} "
+                            "must have the same number of samples (first axis)")
+    if len(x) == 0:
+        raise TrainingError(f"{what}: there are no samples")
+    if x.dtype.kind not in "fc" and x.dtype.kind not in "iub":
+        raise TrainingError(f"{what}: inputs must be numeric, got {x.dtype}")
+    if x.dtype == np.float64:
+        x = x.astype(np.float32)  # models compute in float32 by default
+    return x, y
+
+
+class _Data:
+    """Batches of arrays (shuffled per epoch) or of a re-iterable of batches."""
+
+    def __init__(self, data: Batch | Iterable[Batch], batch_size: int, shuffle: bool,
+                 seed: int, what: str = "data") -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise TrainingError(f"batch_size={batch_size!r} must be a positive integer")
+        self.batch_size, self.shuffle, self.seed, self.what = batch_size, shuffle, seed, what
+        if isinstance(data, tuple) and len(data) == 2 and not isinstance(data[0], tuple):
+            self.arrays: Batch | None = _check_arrays(*data, what)
+            self.source: Iterable[Batch] | None = None
+        elif isinstance(data, Iterable):
+            self.arrays, self.source = None, data
+        else:
+            raise TrainingError(f"{what} must be (inputs, targets) arrays or an iterable of "
+                                f"(inputs, targets) batches, got {type(data).__name__}")
+
+    @property
+    def samples(self) -> int | None:
+        return None if self.arrays is None else len(self.arrays[0])
+
+    @property
+    def steps(self) -> int | None:
+        n = self.samples
+        return None if n is None else -(-n // self.batch_size)
+
+    def batches(self, epoch: int) -> Iterable[Batch]:
+        if self.arrays is None:
+            assert self.source is not None
+            for index, batch in enumerate(self.source):
+                if not (isinstance(batch, tuple | list) and len(batch) == 2):
+                    raise TrainingError(f"{self.what}: batch {index} of epoch {epoch + 1} is "
+                                        "not an (inputs, targets) pair")
+                yield _check_arrays(*batch, f"{self.what}: batch {index}")
+            return
+        x, y = self.arrays
+        order = (np.random.default_rng([self.seed, epoch]).permutation(len(x))
+                 if self.shuffle else np.arange(len(x)))
+        for start in range(0, len(x), self.batch_size):
+            chosen = order[start:start + self.batch_size]
+            yield x[chosen], y[chosen]
+
+
+def _config(data: _Data, loss: str | Loss, optimizer: Optimizer, precision: str,
+            clip_norm: float | None) -> dict[str, Any]:
+    """The settings a resumed run must share, as they read back from JSON."""
+    name = loss if isinstance(loss, str) else getattr(loss, "__name__", "custom")
+    return json.loads(json.dumps({
+        "batch_size": data.batch_size, "seed": data.seed, "shuffle": data.shuffle,
+        "samples": data.samples, "loss": name, "optimizer": optimizer.config(),
+        "precision": precision, "clip_norm": clip_norm}))
+
+
+class _EpochSums:
+    """Running sums for one epoch's metrics (weighted by batch size)."""
+
+    def __init__(self, data: dict[str, float] | None = None) -> None:
+        self.sums: dict[str, float] = dict(data or {})
+
+    def add(self, name: str, value: float, weight: int) -> None:
+        self.sums[name] = self.sums.get(name, 0.0) + value * weight
+
+    def means(self) -> dict[str, float]:
+        count = self.sums.get("samples", 0.0) or 1.0
+        return {k: v / count for k, v in self.sums.items() if k != "samples"}
+
+
+def evaluate(model: Model, data: Batch | Iterable[Batch], *, loss: str | Loss = "cross_entropy",
+             metrics: Sequence[str | Metric] | None = None, device: str = "cpu",
+             batch_size: int = 256, precision: str = "fp32",
+             fallback: str | None = "reference") -> dict[str, float]:
+    """The loss and metrics of ``model`` on ``data`` (means over samples), computed on
+    ``device`` in ``precision``."""
+    import polyhal
+
+    loss_fn = get_loss(loss)
+    chosen = _metrics(metrics, loss)
+    dtype = compute_dtype(precision)
+    batches = _Data(data, batch_size, shuffle=False, seed=0, what="evaluation data")
+    sums = _EpochSums()
+    compiled: dict[tuple[TensorType, TensorType], Any] = {}
+    params = model.state_dict()
+    for x, y in batches.batches(0):
+        key = (TensorType.of(x), TensorType.of(y))
+        if key not in compiled:
+            forward = model.graph(key[0], params="inputs")
+            if dtype is not None:
+                from polyhal.passes import autocast
+
+                forward = autocast(forward, dtype)
+            compiled[key] = polyhal.compile(_loss_graph(forward, key[1], loss_fn, False),
+                                            device=device, fallback=fallback)
+        out = compiled[key](x=x, target=y, **params)
+        sums.add("samples", 1.0, len(x))
+        sums.add("loss", float(out["loss"]), len(x))
+        for name, metric in chosen.items():
+            sums.add(name, metric(out["y"], y), len(x))
+    return sums.means()
+
+
+def fit(model: Model, data: Batch | Iterable[Batch], *, epochs: int = 1, batch_size: int = 32,
+        loss: str | Loss = "cross_entropy", optimizer: Optimizer | None = None,
+        device: str = "cpu", metrics: Sequence[str | Metric] | None = None,
+        validation_data: Batch | Iterable[Batch] | None = None, shuffle: bool = True,
+        seed: int = 0, precision: str = "fp32", clip_norm: float | None = None,
+        lr_schedule: Callable[[int, int], float] | None = None,
+        checkpoint: str | os.PathLike[str] | None = None,
+        checkpoint_every: int | str = "epoch", resume: bool = False, progress: bool = True,
+        callbacks: Sequence[Callable[[StepInfo], Any]] = (),
+        fallback: str | None = "reference") -> History:
+    """Train ``model`` on ``data`` and return the per-epoch :class:`History`.
+
+    ``data`` is ``(inputs, targets)`` arrays (shuffled each epoch when ``shuffle``)
+    or a re-iterable of ``(inputs, targets)`` batches. Every step runs as one graph
+    on ``device`` (nodes it lacks fall back to ``fallback``). ``optimizer``
+    defaults to ``Adam(1e-3)``; ``lr_schedule(step, epoch)`` overrides its learning
+    rate per step. ``precision="fp16"|"bf16"`` trains with mixed precision (see
+    :mod:`polyhal.train.precision`); ``clip_norm`` clips the gradients' global L2
+    norm. With ``checkpoint`` a checkpoint is written atomically every
+    ``checkpoint_every`` steps (or ``"epoch"``) and at the end; ``resume=True``
+    continues from it when it exists (the configuration must match).
+    ``callbacks`` are called with a :class:`StepInfo` after every step.
+    """
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0:
+        raise TrainingError(f"epochs={epochs!r} must be a non-negative integer")
+    every = checkpoint_every
+    if every != "epoch" and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
+        raise TrainingError(f"checkpoint_every={every!r} must be 'epoch' or a positive "
+                            "integer")
+    optimizer = optimizer if optimizer is not None else Adam(1e-3)
+    loss_fn = get_loss(loss)
+    chosen = _metrics(metrics, loss)
+    batches = _Data(data, batch_size, shuffle, seed)
+    trainer = Trainer(model, loss_fn, optimizer, device, precision, clip_norm, fallback)
+    config = _config(batches, loss, optimizer, precision, clip_norm)
+    history, step, start_epoch, skip, sums = History(), 0, 0, 0, _EpochSums()
+    if resume and checkpoint is not None and os.path.exists(checkpoint):
+        history, step, start_epoch, skip, sums = _restore(checkpoint, model, trainer, config)
+
+    def save(epoch: int, batch: int, current: _EpochSums) -> None:
+        assert checkpoint is not None
+        arrays = {f"param/{k}": v for k, v in model.state_dict().items()}
+        arrays.update({f"state/{k}": v for k, v in trainer.state.items()})
+        save_checkpoint(checkpoint, arrays, {
+            "config": config, "step": step, "epoch": epoch, "batch": batch,
+            "sums": current.sums, "history": history.to_dict(),
+            "scaler": trainer.scaler.state()})
+
+    bar = Progress(epochs, batches.steps, progress)
+    for epoch in range(start_epoch, epochs):
+        bar.begin_epoch()
+        done = 0
+        for x, y in batches.batches(epoch):
+            done += 1
+            if done <= skip:
+                continue  # replayed up to the checkpoint
+            lr = optimizer.lr if lr_schedule is None else float(lr_schedule(step, epoch))
+            result = trainer.step(x, y, lr)
+            step += 1
+            if result.finite:
+                sums.add("samples", 1.0, len(x))
+                sums.add("loss", result.loss, len(x))
+                for name, metric in chosen.items():
+                    sums.add(name, metric(result.predictions, y), len(x))
+            else:
+                history.skipped_steps += 1
+            bar.update(epoch, done, result.loss)
+            written = checkpoint is not None and every != "epoch" and step % int(every) == 0
+            if written:
+                save(epoch, done, sums)
+            for callback in callbacks:
+                callback(StepInfo(epoch, step, done, result.loss, result.finite, written))
+        if done == 0 and skip == 0:
+            raise TrainingError(f"epoch {epoch + 1} had no batches (a one-shot iterator "
+                                "cannot be trained on for several epochs)")
+        skip = 0
+        summary = sums.means()
+        if validation_data is not None:
+            validation = evaluate(model, validation_data, loss=loss, metrics=metrics,
+                                  device=device, precision=precision, fallback=fallback)
+            summary.update({f"val_{k}": v for k, v in validation.items()})
+        history.epochs.append(summary)
+        bar.end_epoch(epoch, summary)
+        sums = _EpochSums()
+        if checkpoint is not None and (every == "epoch" or epoch == epochs - 1):
+            save(epoch + 1, 0, sums)
+    return history
+
+
+def _restore(path: str | os.PathLike[str], model: Model, trainer: Trainer,
+             config: dict[str, Any]) -> tuple[History, int, int, int, _EpochSums]:
+    saved = load_checkpoint(path)
+    meta = saved.meta
+    differing = sorted(k for k in set(config) | set(meta.get("config", {}))
+                       if config.get(k) != meta.get("config", {}).get(k))
+    if differing:
+        raise CheckpointError(f"checkpoint {path} was written by a run with other settings: "
+                              + "; ".join(f"{k}: checkpoint {meta['config'].get(k)!r}, now "
+                                          f"{config.get(k)!r}" for k in differing))
+    params = {k[len("param/"):]: v for k, v in saved.arrays.items() if k.startswith("param/")}
+    state = {k[len("state/"):]: v for k, v in saved.arrays.items() if k.startswith("state/")}
+    if set(state) != set(trainer.state):
+        raise CheckpointError(f"checkpoint {path}: optimizer state {sorted(state)} does not "
+                              f"match the optimizer's {sorted(trainer.state)}")
+    try:
+        model.load_state_dict(params)
+    except Exception as exc:  # the model names what does not fit
+        raise CheckpointError(f"checkpoint {path}: the parameters do not fit the model: "
+                              f"{exc}") from None
+    trainer.state = state
+    for key, value in meta["scaler"].items():
+        setattr(trainer.scaler, key, value)
+    return (History.from_dict(meta["history"]), int(meta["step"]), int(meta["epoch"]),
+            int(meta["batch"]), _EpochSums(meta["sums"]))

@@ -1,0 +1,196 @@
+"""One training step as one graph, and the host loop state around it.
+
+:func:`step_graph` builds, for one batch shape, a graph that runs the model's
+forward pass (through :func:`polyhal.passes.autocast` for mixed precision),
+the loss, its gradient (:func:`polyhal.autodiff.grad`), gradient unscaling,
+the finite check, clipping and the optimizer's update. Its inputs are
+``x``, ``target``, every parameter (by dotted name), the optimizer state,
+``lr`` and, for mixed precision, ``loss_scale``; its outputs ``loss``, ``y``
+(the predictions, for metrics), ``finite`` (mixed precision), then
+``next/<name>`` for every trainable parameter and state entry.
+
+:class:`Trainer` holds the parameters, optimizer state and loss scaler on the
+host, compiles one step graph per batch shape for the device and runs steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from polyhal import ops
+from polyhal.autodiff import grad
+from polyhal.autodiff.reverse import replay_forward
+from polyhal.errors import IRError
+from polyhal.ir.builder import GraphBuilder, Var
+from polyhal.ir.dtypes import DType
+from polyhal.ir.graph import Graph
+from polyhal.ir.types import TensorType
+from polyhal.train.losses import Loss
+from polyhal.train.optim import Optimizer
+from polyhal.train.precision import LossScaler, compute_dtype
+
+NEXT = "next/"
+"""Prefix of the outputs that carry updated parameters and state."""
+
+
+class Model(Protocol):
+    """What training needs of a model (:class:`polyhal.nn.Module` provides it)."""
+
+    def graph(self, *input_types: Any, params: str = "inputs", **options: Any) -> Graph:
+        """The forward graph: input ``x``, the parameters as inputs, output ``y``."""
+
+    def trainable_names(self) -> list[str]:
+        """The parameters to train."""
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Every parameter's value."""
+
+    def load_state_dict(self, state: Mapping[str, np.ndarray], strict: bool = True) -> Any:
+        """Set parameter values."""
+
+
+def _all_finite(grads: Sequence[Var]) -> Var:
+    """True when every gradient element is finite (``g * 0`` is NaN at inf and NaN)."""
+    flags = [ops.equal(ops.reduce_sum(g * np.asarray(0, g.dtype.numpy), keepdims=0),
+                       np.asarray(0, g.dtype.numpy)) for g in grads]
+    result = flags[0]
+    for flag in flags[1:]:
+        result = ops.and_(result, flag)
+    return result
+
+
+def _clipped(grads: dict[str, Var], max_norm: float) -> dict[str, Var]:
+    """``grads`` scaled so their global L2 norm is at most ``max_norm``."""
+    squares = [ops.reduce_sum(g * g, keepdims=0) for g in grads.values()]
+    total = squares[0]
+    for s in squares[1:]:
+        total = total + s
+    norm = ops.sqrt(total)
+    factor = ops.min(np.asarray(1, np.float32),
+                     np.asarray(max_norm, np.float32) / (norm + np.float32(1e-6)))
+    return {name: g * ops.cast(factor, to=g.dtype) for name, g in grads.items()}
+
+
+def _loss_graph(forward: Graph, target: TensorType, loss: Loss, scaled: bool) -> Graph:
+    g = GraphBuilder(f"{forward.name}_loss")
+    env = replay_forward(g, forward)
+    outputs = [v.name for v in forward.outputs]
+    if outputs != ["y"]:
+        raise IRError(f"training needs a model with one output 'y', got {outputs}")
+    value = loss(env["y"], g.input("target", target))
+    if value.type.rank != 0 or value.dtype not in (DType.FLOAT32, DType.FLOAT64):
+        raise IRError(f"the loss must be a float32 or float64 scalar, got {value.type}")
+    g.output(value, name="loss")
+    g.output(env["y"], name="y")
+    if scaled:
+        scale = g.input("loss_scale", TensorType(value.dtype, ()))
+        g.output(value * scale, name="scaled_loss")
+    return g.build()
+
+
+def step_graph(model: Model, input_type: TensorType, target_type: TensorType, loss: Loss,
+               optimizer: Optimizer, precision: str = "fp32",
+               clip_norm: float | None = None) -> Graph:
+    """The graph of one training step (see the module docstring)."""
+    dtype = compute_dtype(precision)
+    trainable = model.trainable_names()
+    if not trainable:
+        raise IRError("the model has no trainable parameters")
+    forward = model.graph(input_type, params="inputs")
+    if dtype is not None:
+        from polyhal.passes import autocast
+
+        forward = autocast(forward, dtype)
+    scaled = dtype is not None
+    loss_graph = _loss_graph(forward, target_type, loss, scaled)
+    gradient = grad(loss_graph, wrt=trainable, of="scaled_loss" if scaled else "loss")
+
+    g = GraphBuilder(f"{forward.name}_step")
+    env = replay_forward(g, gradient)
+    grad_names = [v.name for v in gradient.outputs][len(loss_graph.outputs):]
+    grads = dict(zip(trainable, (env[n] for n in grad_names), strict=True))
+    params = {name: env[name] for name in trainable}
+    values = model.state_dict()
+    state = {name: g.input(name, TensorType.of(array))
+             for name, array in optimizer.init_state({n: values[n] for n in trainable}).items()}
+    lr = g.input("lr", TensorType(DType.FLOAT32, ()))
+    finite = None
+    if scaled:
+        inverse = np.float32(1) / env["loss_scale"]
+        grads = {n: v * ops.cast(inverse, to=v.dtype) for n, v in grads.items()}
+        finite = _all_finite(list(grads.values()))
+    if clip_norm is not None:
+        if not clip_norm > 0:
+            raise IRError(f"clip_norm={clip_norm} must be > 0")
+        grads = _clipped(grads, clip_norm)
+    new_params, new_state = optimizer.update(params, grads, state, lr)
+    g.output(env["loss"], name="loss")
+    g.output(env["y"], name="y")
+    if finite is not None:
+        g.output(finite, name="finite")
+        new_params = {n: ops.where(finite, v, params[n]) for n, v in new_params.items()}
+        new_state = {n: ops.where(finite, v, state[n]) for n, v in new_state.items()}
+    for name in trainable:
+        g.output(new_params[name], name=NEXT + name)
+    for name in state:
+        g.output(new_state.get(name, state[name]), name=NEXT + name)
+    return g.build()
+
+
+@dataclass
+class StepResult:
+    """What one step reports to the host."""
+
+    loss: float
+    predictions: np.ndarray
+    finite: bool
+
+
+class Trainer:
+    """Parameters, optimizer state and loss scaler on the host; one compiled step
+    graph per batch shape on the device."""
+
+    def __init__(self, model: Model, loss: Loss, optimizer: Optimizer, device: str = "cpu",
+                 precision: str = "fp32", clip_norm: float | None = None,
+                 fallback: str | None = "reference") -> None:
+        self.model, self.loss, self.optimizer = model, loss, optimizer
+        self.device, self.fallback = device, fallback
+        self.precision, self.clip_norm = precision, clip_norm
+        compute_dtype(precision)
+        self.trainable = model.trainable_names()
+        values = model.state_dict()
+        self.state = optimizer.init_state({n: values[n] for n in self.trainable})
+        self.scaler = LossScaler.for_precision(precision)
+        self._compiled: dict[tuple[TensorType, TensorType], Any] = {}
+
+    def _compiled_step(self, x: np.ndarray, y: np.ndarray) -> Any:
+        import polyhal
+
+        key = (TensorType.of(x), TensorType.of(y))
+        if key not in self._compiled:
+            graph = step_graph(self.model, key[0], key[1], self.loss, self.optimizer,
+                               self.precision, self.clip_norm)
+            self._compiled[key] = polyhal.compile(graph, device=self.device,
+                                                  fallback=self.fallback)
+        return self._compiled[key]
+
+    def step(self, x: np.ndarray, y: np.ndarray, lr: float) -> StepResult:
+        """One optimization step on one batch; updates the model's parameters."""
+        compiled = self._compiled_step(x, y)
+        params = self.model.state_dict()
+        feeds: dict[str, np.ndarray] = {"x": x, "target": y, **params, **self.state,
+                                        "lr": np.asarray(lr, np.float32)}
+        if "loss_scale" in {v.name for v in compiled.source.inputs}:
+            feeds["loss_scale"] = np.asarray(self.scaler.scale, np.float32)
+        out = compiled(**feeds)
+        finite = bool(out["finite"]) if "finite" in out else bool(np.isfinite(out["loss"]))
+        if "finite" in out:
+            self.scaler.update(finite)
+        updated = {**params, **{n: out[NEXT + n] for n in self.trainable}}
+        self.model.load_state_dict(updated)
+        self.state = {n: out[NEXT + n] for n in self.state}
+        return StepResult(float(out["loss"]), out["y"], finite)
