@@ -256,3 +256,14 @@ def test_check_gradients_reports_a_wrong_rule(monkeypatch):
     report = check_gradients(graph, {"x": np.linspace(-1, 1, 7)})
     assert not report.ok and len(report.mismatches) == 7
     assert "d/dx[" in str(report.mismatches[0])
+
+
+@pytest.mark.parametrize(("op", "args"), [("Unsqueeze", [np.array([1], np.int64)]),
+                                          ("Tile", [np.array([2, 1, 1], np.int64)]),
+                                          ("Flatten", [])])
+def test_gradients_of_empty_tensors(op, args):
+    g = GraphBuilder("empty")
+    x = g.input("x", TensorType(F64, (2, 0, 3)))
+    g.output(ops.reduce_sum(g.op(op, x, *args), keepdims=0), name="loss")
+    out = run(autodiff.grad(g.build()), x=np.zeros((2, 0, 3)))
+    assert out["grad_x"].shape == (2, 0, 3)

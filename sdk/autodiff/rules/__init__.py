@@ -113,6 +113,12 @@ def op(name: str, *inputs: Any, **attrs: Any) -> Any:
     return apply(name, *inputs, **attrs)
 
 
+def reshape(value: Var, shape: Any) -> Var:
+    """``Reshape`` with ``allowzero=1``: a 0 in ``shape`` is a zero-size dim (the
+    rules pass exact shapes, which may describe empty tensors)."""
+    return op("Reshape", value, shape, allowzero=1)
+
+
 def scalar(like: Var, value: float) -> np.ndarray:
     """A 0-d array of ``like``'s dtype, to combine with it."""
     return np.asarray(value, dtype=like.dtype.numpy)
@@ -145,7 +151,7 @@ def scatter_add_along(values: Var, indices: Var | np.ndarray, axis: int, size: i
     line[axis] = shape[axis]
     index = indices if isinstance(indices, Var) else values.builder.constant(
         np.asarray(indices, np.int64))
-    spread = op("Expand", op("Reshape", index, np.array(line, np.int64)),
+    spread = op("Expand", reshape(index, np.array(line, np.int64)),
                 np.array(shape, np.int64))
     target = [*shape[:axis], size, *shape[axis + 1:]]
     return op("ScatterElements", zeros(target, values), spread, values, axis=axis,

@@ -16,6 +16,7 @@ import numpy as np
 from polyhal.autodiff.rules import (
     VjpContext,
     op,
+    reshape,
     scatter_add_along,
     vjp_rule,
     zeros,
@@ -55,9 +56,9 @@ def _gather(ctx: VjpContext) -> list[Var | None]:
     shape = ctx.static_shape(data)
     count = math.prod(ctx.static_shape(indices, "the indices"))
     axis = ctx.attrs["axis"] % len(shape)
-    rows = op("Reshape", ctx.cotangent,
+    rows = reshape(ctx.cotangent,
               np.array([*shape[:axis], count, *shape[axis + 1:]], np.int64))
-    flat = op("Reshape", _non_negative(indices, shape[axis]), np.array([count], np.int64))
+    flat = reshape(_non_negative(indices, shape[axis]), np.array([count], np.int64))
     return [scatter_add_along(rows, flat, axis, shape[axis]), None]
 
 
@@ -87,7 +88,7 @@ class _Scatter:
         strides = np.array([math.prod(lead[i + 1:]) for i in range(depth)], np.int64)
         positive = _non_negative(self.indices, np.array(lead, np.int64))
         linear = op("ReduceSum", positive * strides, [-1], keepdims=0)
-        rows = op("Reshape", value, np.array([math.prod(lead), *shape[depth:]], np.int64))
+        rows = reshape(value, np.array([math.prod(lead), *shape[depth:]], np.int64))
         return op("Gather", rows, linear, axis=0)
 
     def rule(self) -> list[Var | None]:

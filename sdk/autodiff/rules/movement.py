@@ -8,6 +8,7 @@ from polyhal.autodiff.rules import (
     VjpContext,
     op,
     positive_axes,
+    reshape,
     scatter_add_along,
     shape_of,
     sum_to,
@@ -20,7 +21,7 @@ from polyhal.ops.movement import pad_index, slice_spec, slice_window
 
 @vjp_rule("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 def _reshape(ctx: VjpContext) -> list[Var | None]:
-    return [op("Reshape", ctx.cotangent, shape_of(ctx.x))] + [None] * (len(ctx.inputs) - 1)
+    return [reshape(ctx.cotangent, shape_of(ctx.x))] + [None] * (len(ctx.inputs) - 1)
 
 
 @vjp_rule("Transpose")
@@ -138,7 +139,7 @@ def _pad(ctx: VjpContext) -> list[Var | None]:
     value = ctx.inputs[2] if len(ctx.inputs) > 2 else None
     if value is not None and ctx.wanted[2] and mode == "constant":
         padding = op("ReduceSum", g, keepdims=0) - op("ReduceSum", inner, keepdims=0)
-        cts[2] = op("Reshape", padding, shape_of(value))
+        cts[2] = reshape(padding, shape_of(value))
     return cts
 
 
@@ -149,6 +150,6 @@ def _tile(ctx: VjpContext) -> list[Var | None]:
     assert repeats is not None
     dims = ctx.static_shape(x)
     interleaved = [v for r, d in zip(repeats, dims, strict=True) for v in (r, d)]
-    g = op("Reshape", ctx.cotangent, np.array(interleaved, np.int64))
+    g = reshape(ctx.cotangent, np.array(interleaved, np.int64))
     g = op("ReduceSum", g, list(range(0, 2 * len(dims), 2)), keepdims=0)
     return [g, None]

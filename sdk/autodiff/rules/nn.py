@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from polyhal.autodiff.rules import VjpContext, op, shape_of, vjp_rule
+from polyhal.autodiff.rules import VjpContext, op, reshape, shape_of, vjp_rule
 from polyhal.ir.builder import Var
 from polyhal.ops.transposed_conv import transposed_geometry, transposed_window
 from polyhal.ops.window import axis_geometry, window_attrs
@@ -103,12 +103,12 @@ def _weight_grad(inputs: Var, cotangent: Var, strides: Sequence[int],
                                                                   perm=swap)
     else:  # [C/G, G*N, D...] against [G*M/G, N, O...], in G groups
         cg, mg = c // group, m // group
-        data = op("Reshape", inputs, np.array([n, group, cg, *spatial_in], np.int64))
+        data = reshape(inputs, np.array([n, group, cg, *spatial_in], np.int64))
         data = op("Transpose", data, perm=[2, 1, 0, *range(3, rank + 1)])
-        data = op("Reshape", data, np.array([cg, group * n, *spatial_in], np.int64))
-        kernel_of = op("Reshape", cotangent, np.array([n, group, mg, *spatial_out], np.int64))
+        data = reshape(data, np.array([cg, group * n, *spatial_in], np.int64))
+        kernel_of = reshape(cotangent, np.array([n, group, mg, *spatial_out], np.int64))
         kernel_of = op("Transpose", kernel_of, perm=[1, 2, 0, *range(3, rank + 1)])
-        kernel_of = op("Reshape", kernel_of, np.array([m, n, *spatial_out], np.int64))
+        kernel_of = reshape(kernel_of, np.array([m, n, *spatial_out], np.int64))
     full = op("Conv", data, kernel_of, strides=list(dilations), dilations=list(strides),
               pads=[*begins, *ends], group=group)
     reach = [int(d) for d in full.shape[2:]]
@@ -237,6 +237,6 @@ def _max_pool(ctx: VjpContext) -> list[Var | None]:
         return [None]
     flat_size = math.prod(shape)
     zeros = ctx.builder.constant(np.zeros([flat_size], x.dtype.numpy))
-    flat = op("ScatterElements", zeros, op("Reshape", indices, np.array([-1], np.int64)),
-              op("Reshape", g, np.array([-1], np.int64)), axis=0, reduction="add")
-    return [op("Reshape", flat, shape_of(x))]
+    flat = op("ScatterElements", zeros, reshape(indices, np.array([-1], np.int64)),
+              reshape(g, np.array([-1], np.int64)), axis=0, reduction="add")
+    return [reshape(flat, shape_of(x))]
