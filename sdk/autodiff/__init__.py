@@ -83,17 +83,21 @@ def _gradient_or_zeros(found: Var | None, env: dict[str, Var], name: str) -> Var
     return found if found is not None else zeros_like(env[name])
 
 
-def _vjp_graph(graph: Graph, wrt: list[str], of: list[str], name: str
+def _vjp_graph(graph: Graph, wrt: list[str], of: list[str], name: str,
+               cotangent_inputs: bool = True
                ) -> tuple[Graph, dict[str, str], dict[str, str]]:
     """The vjp graph, the cotangent input of each output in ``of`` and the gradient
-    output of each input in ``wrt`` (by name)."""
+    output of each input in ``wrt`` (by name). Without ``cotangent_inputs`` the
+    cotangents are ones (the gradient of the outputs' sum) and there are none."""
     prepared = prepare(graph)
     taken: set[str] = set()
-    cotangent_names = {o: _fresh(prepared, f"cotangent_{o}", taken) for o in of}
+    cotangent_names = ({o: _fresh(prepared, f"cotangent_{o}", taken) for o in of}
+                       if cotangent_inputs else {})
     grad_names = {x: _fresh(prepared, f"grad_{x}", taken) for x in wrt}
     builder = GraphBuilder(name, reserved=[*prepared.value_types, *taken])
     env = replay_forward(builder, prepared)
-    seeds = {o: builder.input(cotangent_names[o], prepared.value_types[o]) for o in of}
+    seeds = {o: builder.input(cotangent_names[o], prepared.value_types[o])
+             if cotangent_inputs else _ones_like(env[o]) for o in of}
     found = backpropagate(builder, prepared, env, seeds, wrt)
     extra = [(grad_names[x], _gradient_or_zeros(found[x], env, x)) for x in wrt]
     return _finish(builder, prepared, env, extra), cotangent_names, grad_names
@@ -118,14 +122,7 @@ def grad(graph: Graph, wrt: Sequence[str] | str | None = None, of: str | None = 
                           f"({', '.join(outputs)}): name the one to differentiate with of=")
         of = outputs[0]
     check_differentiable(graph, [of], "output")
-    prepared = prepare(graph)
-    taken: set[str] = set()
-    grad_names = {x: _fresh(prepared, f"grad_{x}", taken) for x in names}
-    builder = GraphBuilder(f"grad_{graph.name}", reserved=[*prepared.value_types, *taken])
-    env = replay_forward(builder, prepared)
-    found = backpropagate(builder, prepared, env, {of: _ones_like(env[of])}, names)
-    extra = [(grad_names[x], _gradient_or_zeros(found[x], env, x)) for x in names]
-    return _finish(builder, prepared, env, extra)
+    return _vjp_graph(graph, names, [of], f"grad_{graph.name}", cotangent_inputs=False)[0]
 
 
 def vjp(graph: Graph, wrt: Sequence[str] | str | None = None,

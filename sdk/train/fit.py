@@ -24,7 +24,7 @@ from polyhal.train.history import History, Progress
 from polyhal.train.losses import Loss, get_loss
 from polyhal.train.optim import Adam, Optimizer
 from polyhal.train.precision import compute_dtype
-from polyhal.train.step import Model, Trainer, _loss_graph
+from polyhal.train.step import Model, Trainer, forward_graph, loss_graph
 
 Batch = tuple[np.ndarray, np.ndarray]
 Metric = Callable[[np.ndarray, np.ndarray], float]
@@ -167,7 +167,7 @@ def evaluate(model: Model, data: Batch | Iterable[Batch], *, loss: str | Loss = 
 
     loss_fn = get_loss(loss)
     chosen = _metrics(metrics, loss)
-    dtype = compute_dtype(precision)
+    compute_dtype(precision)  # an unknown precision fails before any work
     batches = _Data(data, batch_size, shuffle=False, seed=0, what="evaluation data")
     sums = _EpochSums()
     compiled: dict[tuple[TensorType, TensorType], Any] = {}
@@ -175,13 +175,8 @@ def evaluate(model: Model, data: Batch | Iterable[Batch], *, loss: str | Loss = 
     for x, y in batches.batches(0):
         key = (TensorType.of(x), TensorType.of(y))
         if key not in compiled:
-            forward = model.graph(key[0], params="inputs")
-            if dtype is not None:
-                from polyhal.passes import autocast
-
-                forward = autocast(forward, dtype)
-            compiled[key] = polyhal.compile(_loss_graph(forward, key[1], loss_fn, False),
-                                            device=device, fallback=fallback)
+            graph = loss_graph(forward_graph(model, key[0], precision), key[1], loss_fn, False)
+            compiled[key] = polyhal.compile(graph, device=device, fallback=fallback)
         out = compiled[key](x=x, target=y, **params)
         sums.add("samples", 1.0, len(x))
         sums.add("loss", float(out["loss"]), len(x))

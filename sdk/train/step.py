@@ -29,6 +29,7 @@ from polyhal.ir.builder import GraphBuilder, Var
 from polyhal.ir.dtypes import DType
 from polyhal.ir.graph import Graph
 from polyhal.ir.types import TensorType
+from polyhal.passes import autocast
 from polyhal.train.losses import Loss
 from polyhal.train.optim import Optimizer
 from polyhal.train.precision import LossScaler, compute_dtype
@@ -75,7 +76,17 @@ def _clipped(grads: dict[str, Var], max_norm: float) -> dict[str, Var]:
     return {name: g * ops.cast(factor, to=g.dtype) for name, g in grads.items()}
 
 
-def _loss_graph(forward: Graph, target: TensorType, loss: Loss, scaled: bool) -> Graph:
+def forward_graph(model: Model, input_type: TensorType, precision: str) -> Graph:
+    """The model's forward graph (parameters as inputs), autocast for mixed precision."""
+    forward = model.graph(input_type, params="inputs")
+    dtype = compute_dtype(precision)
+    return forward if dtype is None else autocast(forward, dtype)
+
+
+def loss_graph(forward: Graph, target: TensorType, loss: Loss, scaled: bool) -> Graph:
+    """``forward`` followed by ``loss`` of its output ``y`` against input ``target``:
+    outputs ``loss``, ``y`` and, when ``scaled``, ``scaled_loss`` (times input
+    ``loss_scale``)."""
     g = GraphBuilder(f"{forward.name}_loss")
     env = replay_forward(g, forward)
     outputs = [v.name for v in forward.outputs]
@@ -96,22 +107,17 @@ def step_graph(model: Model, input_type: TensorType, target_type: TensorType, lo
                optimizer: Optimizer, precision: str = "fp32",
                clip_norm: float | None = None) -> Graph:
     """The graph of one training step (see the module docstring)."""
-    dtype = compute_dtype(precision)
     trainable = model.trainable_names()
     if not trainable:
         raise IRError("the model has no trainable parameters")
-    forward = model.graph(input_type, params="inputs")
-    if dtype is not None:
-        from polyhal.passes import autocast
-
-        forward = autocast(forward, dtype)
-    scaled = dtype is not None
-    loss_graph = _loss_graph(forward, target_type, loss, scaled)
-    gradient = grad(loss_graph, wrt=trainable, of="scaled_loss" if scaled else "loss")
+    forward = forward_graph(model, input_type, precision)
+    scaled = compute_dtype(precision) is not None
+    with_loss = loss_graph(forward, target_type, loss, scaled)
+    gradient = grad(with_loss, wrt=trainable, of="scaled_loss" if scaled else "loss")
 
     g = GraphBuilder(f"{forward.name}_step")
     env = replay_forward(g, gradient)
-    grad_names = [v.name for v in gradient.outputs][len(loss_graph.outputs):]
+    grad_names = [v.name for v in gradient.outputs][len(with_loss.outputs):]
     grads = dict(zip(trainable, (env[n] for n in grad_names), strict=True))
     params = {name: env[name] for name in trainable}
     values = model.state_dict()
