@@ -1,7 +1,12 @@
-"""The model graphs of level L2: an MLP, a small CNN and an attention block.
+"""The model graphs of level L2: an MLP, a small CNN and an attention block, and the
+hybrid quantum-classical models.
 
 Each builder takes a float dtype and a seed and returns a graph with a
-symbolic ``batch`` dimension plus a seeded input batch.
+symbolic ``batch`` dimension plus a seeded input batch. A hybrid model is a
+classical ``Linear + Tanh`` whose outputs are the input angles of a
+``quantum.Expectation`` (a conformance circuit of
+:mod:`polyhal.conformance.quantum_circuits`, its weights constants), followed by
+a ``Linear``: a tiny version of the two-moons model of ``nn.QuantumLayer``.
 """
 
 from __future__ import annotations
@@ -67,9 +72,52 @@ def attention(dtype: DType, rng: np.random.Generator) -> tuple[Graph, list[np.nd
     return g.build(), [rng.uniform(-1, 1, (2, seq, d)).astype(dtype.numpy)]
 
 
-MODELS: dict[str, Callable[[DType, np.random.Generator], tuple[Graph, list[np.ndarray]]]] = {
+def _hybrid(name: str, circuit: str, features: int, rows: int, dtype: DType,
+            rng: np.random.Generator) -> tuple[Graph, list[np.ndarray]]:
+    """``features -> Linear -> tanh -> circuit -> Linear -> 2`` on ``rows`` seeded rows."""
+    from polyhal.conformance.quantum_circuits import CIRCUITS
+    from polyhal.ops import quantum
+
+    case = CIRCUITS[circuit]()
+    g = GraphBuilder(name)
+    x = g.input("x", TensorType(dtype, ("batch", features)))
+    angles = ops.tanh(x @ _weights(g, rng, (features, case.num_inputs), dtype, "w1")
+                      + _weights(g, rng, (case.num_inputs,), dtype, "b1"))
+    theta = g.constant(rng.uniform(-np.pi, np.pi, case.num_weights).astype(dtype.numpy),
+                       name="theta")
+    z = quantum.expectation(angles, theta, case.circuit, case.observables, case.input_params,
+                            case.weight_params)
+    n_obs = len(case.observables)
+    y = z @ _weights(g, rng, (n_obs, 2), dtype, "w2") + _weights(g, rng, (2,), dtype, "b2")
+    g.output(y, name="logits")
+    return g.build(), [rng.uniform(-1, 1, (rows, features)).astype(dtype.numpy)]
+
+
+def hybrid_moons(dtype: DType, rng: np.random.Generator) -> tuple[Graph, list[np.ndarray]]:
+    """2 -> Linear -> tanh -> the two-qubit ansatz (<Z0>, <Z1>, <XX>) -> Linear -> 2."""
+    return _hybrid("hybrid_moons", "ansatz_2q", 2, 4, dtype, rng)
+
+
+def hybrid_controlled(dtype: DType, rng: np.random.Generator
+                      ) -> tuple[Graph, list[np.ndarray]]:
+    """3 -> Linear -> tanh -> the three-qubit circuit with controlled rotations and reused
+    parameters -> Linear -> 2."""
+    return _hybrid("hybrid_controlled", "controlled_3q", 3, 3, dtype, rng)
+
+
+Builder = Callable[[DType, np.random.Generator], tuple[Graph, list[np.ndarray]]]
+
+MODELS: dict[str, Builder] = {
     "mlp": mlp,
     "cnn": cnn,
     "attention": attention,
 }
 """The L2 model graphs by name."""
+
+HYBRID_MODELS: dict[str, Builder] = {
+    "hybrid-moons": hybrid_moons,
+    "hybrid-controlled": hybrid_controlled,
+}
+"""The hybrid quantum-classical L2 models by name: generated for devices that claim
+``quantum.Expectation``, the classical nodes placed on a fallback device where the
+device under test does not cover them (see :mod:`polyhal.conformance.levels.l2`)."""

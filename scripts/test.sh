@@ -7,5 +7,6 @@ cd "$(dirname "$0")/.."
 if ! command -v g++ >/dev/null; then
     apt-get update -qq && apt-get install -y -qq g++ >/dev/null
 fi
-python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+# bench: the peers that the benchmarks' --quick runs in .ci/run compare against.
+python -m pip install --quiet --disable-pip-version-check -e '.[test,bench]'
 python -m pytest --durations=25 "$@"

@@ -13,6 +13,15 @@ training steps, run on the device and compared with the reference.
   (:mod:`polyhal.conformance.training`), each step one graph, each step's
   state fed to the next on the device; the losses and the final state must
   match the same steps on the reference.
+* **Hybrid gradients.** For each hybrid L2 case (a device that claims
+  ``quantum.Expectation``), the vjp graph of the model
+  (``L3/<model>/<dtype>/batch-N``) and the gradient of its mean softmax
+  cross-entropy with respect to the batch and every weight, classical and
+  quantum (``L3/<model>/<dtype>/loss-N``): the quantum nodes
+  (``quantum.Expectation`` and the ``quantum.ExpectationVJP`` autodiff emits)
+  run on the device, the classical nodes it does not cover on the reference
+  fallback, as in L2. Without a claim of ``quantum.ExpectationVJP`` they are
+  not applicable.
 
 A case whose op has no gradient (not differentiable, no float input or output,
 a rule that cannot apply to its shapes) and a gradient graph with ops the
@@ -28,10 +37,11 @@ from functools import partial
 
 import numpy as np
 
-from polyhal import autodiff
+from polyhal import autodiff, ops
 from polyhal.conformance.cases import Case, reference_outputs
 from polyhal.conformance.levels.l1 import op_cases, primary_dtypes
-from polyhal.conformance.models import MODELS
+from polyhal.conformance.levels.l2 import QUANTUM_OPS, hybrid_case, quantum_dtypes
+from polyhal.conformance.models import HYBRID_MODELS, MODELS
 from polyhal.conformance.profiles import Profile
 from polyhal.conformance.snn_networks import NETWORKS
 from polyhal.conformance.tolerances import Comparison, Tolerance, compare, gradient_tolerance
@@ -101,20 +111,24 @@ def _not_applicable(forward: Case, case_id: str, reason: str) -> Case:
                 not_applicable=reason)
 
 
-def uncovered(caps: Capabilities, graph: Graph) -> list[str]:
-    """Why ``caps`` does not cover ``graph``: one reason per op and dtype, sorted."""
+def uncovered(caps: Capabilities, graph: Graph, only: Sequence[str] | None = None
+              ) -> list[str]:
+    """Why ``caps`` does not cover ``graph`` (or its nodes of the ops ``only``): one reason
+    per op and dtype, sorted."""
     return sorted({reason for node in graph.nodes
+                   if only is None or node.qualified_op in only
                    if (reason := node_reason(caps, graph, node)) is not None})
 
 
 def gradient_case(caps: Capabilities, case_id: str, forward: Case, op: OpDef | None = None,
-                  model: bool = False) -> Case | None:
+                  model: bool = False, hybrid: bool = False) -> Case | None:
     """The vjp case of ``forward`` (an op or model case whose ``expected`` are its
     outputs on the reference); ``None`` when the graph has no float value at all
     (an integer op case has no gradient to speak of).
 
     ``op``: the op of a one-op case, whose differentiability is checked first;
-    ``model``: grade at the model tolerance.
+    ``model``: grade at the model tolerance; ``hybrid``: only the quantum nodes must be
+    covered, the others may run on the fallback device (:func:`.l2.hybrid_case`).
     """
     graph = forward.graph
     assert graph is not None
@@ -132,7 +146,7 @@ def gradient_case(caps: Capabilities, case_id: str, forward: Case, op: OpDef | N
         gradient = decompose_for(autodiff.vjp(graph), caps)
     except PolyhalError as exc:
         return _not_applicable(forward, case_id, f"no gradient: {type(exc).__name__}: {exc}")
-    missing = uncovered(caps, gradient)
+    missing = uncovered(caps, gradient, QUANTUM_OPS if hybrid else None)
     if missing:
         return _not_applicable(forward, case_id, "the gradient graph needs what the device "
                                f"does not claim: {'; '.join(missing)}")
@@ -141,9 +155,10 @@ def gradient_case(caps: Capabilities, case_id: str, forward: Case, op: OpDef | N
                if v.type.dtype in FLOAT_TYPES]
     cotangents = [rng.uniform(-1, 1, a.shape).astype(a.dtype) for a in outputs]
     inputs = [*forward.inputs, *cotangents]
-    return Case(case_id, "L3", forward.op, forward.dtype, forward.shape_class, graph=gradient,
+    case = Case(case_id, "L3", forward.op, forward.dtype, forward.shape_class, graph=gradient,
                 inputs=inputs, expected=reference_outputs(gradient, inputs),
                 tolerance=gradient_tolerance(gradient, model=model))
+    return hybrid_case(caps, case) if hybrid else case
 
 
 def as_trained(graph: Graph, inputs: list[np.ndarray]) -> tuple[Graph, list[np.ndarray]]:
@@ -190,6 +205,64 @@ def _model_gradients(caps: Capabilities, profile: Profile) -> Iterator[Case]:
                 if not uncovered(caps, graph):
                     yield Case(f"L3/{name}/{dtype.value}/batch-{variant}", "L3", name,
                                dtype.value, "model", not_applicable=_snn_reason(graph))
+    yield from _hybrid_gradients(caps, profile)
+
+
+def _hybrid_gradients(caps: Capabilities, profile: Profile) -> Iterator[Case]:
+    """The vjp of each hybrid model and the gradient of its loss, in every dtype of the
+    model's L2 case (those the device claims ``quantum.Expectation`` in); not applicable
+    where it does not claim ``quantum.ExpectationVJP``."""
+    for name, build in HYBRID_MODELS.items():
+        for dtype in quantum_dtypes(caps):
+            for variant, seed in enumerate(profile.seeds):
+                graph, inputs = as_trained(*build(dtype, np.random.default_rng(seed)))
+                forward = Case(f"L2/{name}/{dtype.value}/batch-{variant}", "L2", name,
+                               dtype.value, "hybrid", graph=graph, inputs=inputs,
+                               expected=reference_outputs(graph, inputs))
+                case = gradient_case(caps, f"L3/{name}/{dtype.value}/batch-{variant}", forward,
+                                     model=True, hybrid=True)
+                if case is not None:
+                    yield case
+                yield _loss_gradient(caps, f"L3/{name}/{dtype.value}/loss-{variant}", name,
+                                     graph, inputs)
+
+
+def with_loss(graph: Graph) -> Graph:
+    """``graph`` (whose first output is ``logits [batch, classes]``) followed by the mean
+    softmax cross-entropy of an int64 input ``labels [batch, 1]``: one output ``loss``."""
+    logits_value = graph.outputs[0]
+    g = GraphBuilder(f"{graph.name}_loss", reserved=[*graph.value_types,
+                                                     *(n.name for n in graph.nodes)])
+    env = {v.name: g.input(v.name, v.type) for v in graph.inputs}
+    labels = g.input("labels", TensorType(DType.INT64, (logits_value.type.shape[0], 1)))
+    for name, array in graph.constants.items():
+        env[name] = g.constant(array, name=name)
+    for node in graph.nodes:
+        outs = replay(g, node, [env[i] if i else None for i in node.inputs])
+        env.update({value.name: var for value, var in zip(node.outputs, outs, strict=True)})
+    log_probs = ops.log_softmax(env[logits_value.name], axis=1)
+    picked = ops.gather_elements(log_probs, labels, axis=1)
+    g.output(-ops.reduce_mean(picked, keepdims=0), name="loss")
+    return g.build()
+
+
+def _loss_gradient(caps: Capabilities, case_id: str, name: str, graph: Graph,
+                   inputs: list[np.ndarray]) -> Case:
+    """``autodiff.grad`` of the hybrid model's loss with respect to every float input."""
+    dtype = graph.inputs[0].type.dtype.value
+    gradient = autodiff.grad(with_loss(graph))
+    missing = uncovered(caps, gradient, QUANTUM_OPS)
+    if missing:
+        return Case(case_id, "L3", name, dtype, "hybrid-loss",
+                    not_applicable="the gradient graph needs what the device does not "
+                                   f"claim: {'; '.join(missing)}")
+    rng = np.random.default_rng(zlib.crc32(case_id.encode()))
+    labels = rng.integers(0, graph.outputs[0].type.shape[1], (inputs[0].shape[0], 1))
+    feeds = [*inputs, labels.astype(np.int64)]
+    case = Case(case_id, "L3", name, dtype, "hybrid-loss", graph=gradient, inputs=feeds,
+                expected=reference_outputs(gradient, feeds),
+                tolerance=gradient_tolerance(gradient, model=True))
+    return hybrid_case(caps, case)
 
 
 def _snn_reason(graph: Graph) -> str:

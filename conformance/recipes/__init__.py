@@ -16,6 +16,7 @@ from polyhal.conformance.recipes import (  # noqa: F401  (importing registers th
     linalg,
     nn,
     quant,
+    quantum,
     reduce,
     scatter,
     shape,

@@ -31,9 +31,11 @@ from polyhal.nn.container import Sequential
 from polyhal.nn.layers import Conv2d, Flatten, Linear
 from polyhal.nn.module import LoadResult, Module
 from polyhal.nn.parameter import Parameter
+from polyhal.nn.quantum import QuantumLayer
 
 __all__ = [
     "GELU", "Build", "Conv2d", "Flatten", "Identity", "LeakyReLU", "Linear", "LoadResult",
-    "LogSoftmax", "Module", "Parameter", "ReLU", "Sequential", "Sigmoid", "Softmax", "Tanh",
+    "LogSoftmax", "Module", "Parameter", "QuantumLayer", "ReLU", "Sequential", "Sigmoid",
+    "Softmax", "Tanh",
     "init",
 ]

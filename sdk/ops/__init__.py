@@ -24,6 +24,7 @@ from polyhal.ops import (  # noqa: F401  (importing registers the ops)
     nn,
     normalization,
     quant,
+    quantum,
     reduce,
     scatter,
     shape,

@@ -11,7 +11,7 @@ clipping and atomic, resumable checkpoints.
 """
 
 from polyhal.train.checkpoint import load_checkpoint, save_checkpoint
-from polyhal.train.datasets import spirals
+from polyhal.train.datasets import spirals, two_moons
 from polyhal.train.fit import StepInfo, accuracy, evaluate, fit
 from polyhal.train.history import History
 from polyhal.train.losses import (
@@ -29,5 +29,5 @@ __all__ = [
     "LOSSES", "SGD", "Adam", "AdamW", "History", "LossScaler", "Optimizer", "StepInfo",
     "Trainer", "accuracy", "binary_cross_entropy", "binary_cross_entropy_with_logits",
     "cross_entropy", "evaluate", "fit", "load_checkpoint", "mse", "save_checkpoint",
-    "spirals", "step_graph",
+    "spirals", "step_graph", "two_moons",
 ]

@@ -25,3 +25,30 @@ def spirals(samples: int, *, seed: int = 0, noise: float = 0.2, turns: float = 1
     points = np.stack([radius * np.cos(angle), radius * np.sin(angle)], axis=1)
     points += rng.normal(0.0, noise * 0.1, points.shape)
     return points.astype(np.float32), labels
+
+
+def two_moons(samples: int, *, seed: int = 0, noise: float = 0.1
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """Two interleaving half circles: inputs ``float64 [samples, 2]`` and labels
+    ``int64 [samples]``, shuffled, from ``default_rng(seed)``.
+
+    Class 0 lies on the upper unit half circle ``(cos t, sin t)``, class 1 on the
+    lower one shifted to ``(1 - cos t, 0.5 - sin t)``, ``t`` evenly spaced in
+    ``[0, pi]`` (``samples // 2`` points in class 0, the rest in class 1); then
+    Gaussian noise of standard deviation ``noise`` is added to every coordinate.
+    The usual benchmark split is the first 200 points for training and the next
+    100 for testing: ``x[:200], x[200:]`` of ``two_moons(300)``.
+    """
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 2:
+        raise TrainingError(f"two_moons: samples={samples!r} must be an integer >= 2")
+    if not (isinstance(noise, int | float) and np.isfinite(noise) and noise >= 0):
+        raise TrainingError(f"two_moons: noise={noise!r} must be a finite number >= 0")
+    outer, inner = samples // 2, samples - samples // 2
+    t_outer, t_inner = np.linspace(0, np.pi, outer), np.linspace(0, np.pi, inner)
+    points = np.concatenate([np.stack([np.cos(t_outer), np.sin(t_outer)], axis=1),
+                             np.stack([1 - np.cos(t_inner), 0.5 - np.sin(t_inner)], axis=1)])
+    labels = np.concatenate([np.zeros(outer, np.int64), np.ones(inner, np.int64)])
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(samples)
+    points, labels = points[order], labels[order]
+    return points + rng.normal(0.0, noise, points.shape), labels

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from polyhal.errors import CheckpointError, TrainingError
+from polyhal.hal.contract import Device
 from polyhal.ir.types import TensorType
 from polyhal.train.checkpoint import load_checkpoint, save_checkpoint
 from polyhal.train.history import History, Progress
@@ -73,7 +74,16 @@ def _metrics(metrics: Sequence[str | Metric] | None, loss: str | Loss
     return chosen
 
 
-def _check_arrays(x: Any, y: Any, what: str) -> Batch:
+def input_dtype(model: Model) -> np.dtype:
+    """The dtype float inputs are cast to: that of the model's first float parameter
+    (float32 for a model without one)."""
+    for param in model.parameters():
+        if param.dtype.is_float:
+            return np.dtype(param.dtype.numpy)
+    return np.dtype(np.float32)
+
+
+def _check_arrays(x: Any, y: Any, what: str, dtype: np.dtype) -> Batch:
     try:
         x, y = np.asarray(x), np.asarray(y)
     except (TypeError, ValueError) as exc:
@@ -85,8 +95,8 @@ def _check_arrays(x: Any, y: Any, what: str) -> Batch:
         raise TrainingError(f"{what}: there are no samples")
     if x.dtype.kind not in "fc" and x.dtype.kind not in "iub":
         raise TrainingError(f"{what}: inputs must be numeric, got {x.dtype}")
-    if x.dtype == np.float64:
-        x = x.astype(np.float32)  # models compute in float32 by default
+    if x.dtype.kind == "f" and x.dtype != dtype:
+        x = x.astype(dtype)  # float inputs take the model's dtype
     return x, y
 
 
@@ -94,12 +104,13 @@ class _Data:
     """Batches of arrays (shuffled per epoch) or of a re-iterable of batches."""
 
     def __init__(self, data: Batch | Iterable[Batch], batch_size: int, shuffle: bool,
-                 seed: int, what: str = "data") -> None:
+                 seed: int, dtype: np.dtype, what: str = "data") -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise TrainingError(f"batch_size={batch_size!r} must be a positive integer")
         self.batch_size, self.shuffle, self.seed, self.what = batch_size, shuffle, seed, what
+        self.dtype = dtype
         if isinstance(data, tuple) and len(data) == 2 and not isinstance(data[0], tuple):
-            self.arrays: Batch | None = _check_arrays(*data, what)
+            self.arrays: Batch | None = _check_arrays(*data, what, dtype)
             self.source: Iterable[Batch] | None = None
         elif isinstance(data, Iterable):
             self.arrays, self.source = None, data
@@ -123,7 +134,7 @@ class _Data:
                 if not (isinstance(batch, tuple | list) and len(batch) == 2):
                     raise TrainingError(f"{self.what}: batch {index} of epoch {epoch + 1} is "
                                         "not an (inputs, targets) pair")
-                yield _check_arrays(*batch, f"{self.what}: batch {index}")
+                yield _check_arrays(*batch, f"{self.what}: batch {index}", self.dtype)
             return
         x, y = self.arrays
         order = (np.random.default_rng([self.seed, epoch]).permutation(len(x))
@@ -158,7 +169,7 @@ class _EpochSums:
 
 
 def evaluate(model: Model, data: Batch | Iterable[Batch], *, loss: str | Loss = "cross_entropy",
-             metrics: Sequence[str | Metric] | None = None, device: str = "cpu",
+             metrics: Sequence[str | Metric] | None = None, device: str | Device = "cpu",
              batch_size: int = 256, precision: str = "fp32",
              fallback: str | None = "reference") -> dict[str, float]:
     """The loss and metrics of ``model`` on ``data`` (means over samples), computed on
@@ -168,7 +179,8 @@ def evaluate(model: Model, data: Batch | Iterable[Batch], *, loss: str | Loss = 
     loss_fn = get_loss(loss)
     chosen = _metrics(metrics, loss)
     compute_dtype(precision)  # an unknown precision fails before any work
-    batches = _Data(data, batch_size, shuffle=False, seed=0, what="evaluation data")
+    batches = _Data(data, batch_size, shuffle=False, seed=0, dtype=input_dtype(model),
+                    what="evaluation data")
     sums = _EpochSums()
     compiled: dict[tuple[TensorType, TensorType], Any] = {}
     params = model.state_dict()
@@ -187,7 +199,7 @@ def evaluate(model: Model, data: Batch | Iterable[Batch], *, loss: str | Loss = 
 
 def fit(model: Model, data: Batch | Iterable[Batch], *, epochs: int = 1, batch_size: int = 32,
         loss: str | Loss = "cross_entropy", optimizer: Optimizer | None = None,
-        device: str = "cpu", metrics: Sequence[str | Metric] | None = None,
+        device: str | Device = "cpu", metrics: Sequence[str | Metric] | None = None,
         validation_data: Batch | Iterable[Batch] | None = None, shuffle: bool = True,
         seed: int = 0, precision: str = "fp32", clip_norm: float | None = None,
         lr_schedule: Callable[[int, int], float] | None = None,
@@ -217,7 +229,7 @@ def fit(model: Model, data: Batch | Iterable[Batch], *, epochs: int = 1, batch_s
     optimizer = optimizer if optimizer is not None else Adam(1e-3)
     loss_fn = get_loss(loss)
     chosen = _metrics(metrics, loss)
-    batches = _Data(data, batch_size, shuffle, seed)
+    batches = _Data(data, batch_size, shuffle, seed, input_dtype(model))
     trainer = Trainer(model, loss_fn, optimizer, device, precision, clip_norm, fallback)
     config = _config(batches, loss, optimizer, precision, clip_norm)
     history, step, start_epoch, skip, sums = History(), 0, 0, 0, _EpochSums()

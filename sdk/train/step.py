@@ -25,6 +25,7 @@ from polyhal import ops
 from polyhal.autodiff import grad
 from polyhal.autodiff.reverse import replay_forward
 from polyhal.errors import IRError
+from polyhal.hal.contract import Device
 from polyhal.ir.builder import GraphBuilder, Var
 from polyhal.ir.dtypes import DType
 from polyhal.ir.graph import Graph
@@ -160,7 +161,7 @@ class Trainer:
     """Parameters, optimizer state and loss scaler on the host; one compiled step
     graph per batch shape on the device."""
 
-    def __init__(self, model: Model, loss: Loss, optimizer: Optimizer, device: str = "cpu",
+    def __init__(self, model: Model, loss: Loss, optimizer: Optimizer, device: str | Device = "cpu",
                  precision: str = "fp32", clip_norm: float | None = None,
                  fallback: str | None = "reference") -> None:
         self.model, self.loss, self.optimizer = model, loss, optimizer

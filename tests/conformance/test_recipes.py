@@ -37,7 +37,9 @@ NO_SYMBOLIC_INPUT = {
 }
 """Ops none of whose inputs can carry a symbolic dim."""
 
-NO_SPECIAL = {"core.Range": "non-finite start/limit/delta are errors"}
+NO_SPECIAL = {"core.Range": "non-finite start/limit/delta are errors",
+              "quantum.Expectation": "non-finite angles are errors",
+              "quantum.ExpectationVJP": "non-finite angles are errors"}
 """Float ops without a ``special`` sample."""
 
 # Special values make kernels outside the elementwise family (Conv, MatMul, LRN, ...)

@@ -206,5 +206,6 @@ from polyhal.autodiff.rules import (  # noqa: E402, F401  (importing registers t
     linalg,
     movement,
     nn,
+    quantum,
     reduce,
 )
