@@ -16,9 +16,11 @@ reference kernel). Buffers come from an arena planned once per plan:
   elementwise step over a channels-last input of its output's shape writes one
   too, so chains of Conv, bias, residual adds and activations stay channels-last
   without a transpose; every other step sees an ordinary (strided) array, and
-  outputs are returned C-contiguous;
+  outputs are returned C-contiguous; a Relu that is a lowered Conv's only
+  consumer is applied by the Conv as it writes its output (no step of its own);
 - scratch buffers a step asks for (im2col columns, a zero-bordered padded
-  input) live in the arena too, shared by every step that asks for the same one.
+  input or shifted-GEMM grid) live in the arena too, shared by every step
+  that asks for the same one.
 """
 
 from __future__ import annotations
@@ -136,6 +138,8 @@ class PlanBuilder:
                 o.name for n in graph.nodes for o in n.outputs]:
             self.slots.setdefault(name, len(self.slots))
         self.steps: list[Step] = []
+        self.absorbed: dict[str, Node] = {}
+        """Conv name -> the Relu its step applies."""
 
     def slot(self, name: str) -> int:
         return self.slots[name]
@@ -143,14 +147,46 @@ class PlanBuilder:
     def build(self) -> Plan:
         groups = {g.nodes[-1].name: g for g in find_groups(self.graph)}
         members = {n.name for g in groups.values() for n in g.nodes[:-1]}
+        self.absorbed = self._relus_after_convs(set(groups) | members)
+        absorbed_relus = {relu.name for relu in self.absorbed.values()}
         for node in self.graph.nodes:
-            if node.name in members:
+            if node.name in members or node.name in absorbed_relus:
                 continue
             if node.name in groups:
                 self.steps.append(self._fused(groups[node.name]))
             else:
                 self.steps.append(self._node(node))
         return self._plan()
+
+    def _relus_after_convs(self, grouped: set[str]) -> dict[str, Node]:
+        """Conv name -> the Relu it absorbs: a Relu (not in a fusion group) that is the
+        only consumer of a Conv's output, which is not a graph output."""
+        consumers: dict[str, list[Node]] = {}
+        for node in self.graph.nodes:
+            for name in dict.fromkeys(i for i in node.inputs if i):
+                consumers.setdefault(name, []).append(node)
+        graph_outputs = {v.name for v in self.graph.outputs}
+        absorbed = {}
+        for node in self.graph.nodes:
+            if node.op != "Conv" or not self._lowers(node):
+                continue
+            after = consumers.get(node.outputs[0].name, [])
+            if (len(after) == 1 and after[0].op == "Relu" and after[0].domain == "core"
+                    and after[0].name not in grouped
+                    and node.outputs[0].name not in graph_outputs):
+                absorbed[node.name] = after[0]
+        return absorbed
+
+    def _lowers(self, node: Node) -> bool:
+        """True where :meth:`_node` may give ``node`` a step of its own rather than its
+        kernel: a core op of one float dtype with one output (a Conv: one that
+        :class:`Conv2dLowering` accepts)."""
+        out_type = node.outputs[0].type
+        dtype = out_type.dtype.numpy
+        inputs_given = [i for i in node.inputs if i]
+        same = all(self.graph.value_type(i).dtype.numpy == dtype for i in inputs_given)
+        return (node.domain == "core" and dtype in FLOATS and same and len(node.outputs) == 1
+                and (node.op != "Conv" or self._conv_lowering(node) is not None))
 
     # ----------------------------------------------------------- step kinds
 
@@ -174,11 +210,9 @@ class PlanBuilder:
                     make, [self.graph.value_type(group.output)], follows_layout=True)
 
     def _node(self, node: Node) -> Step:
-        out_type = node.outputs[0].type
-        dtype = out_type.dtype.numpy
+        dtype = node.outputs[0].type.dtype.numpy
         inputs_given = [i for i in node.inputs if i]
-        same = all(self.graph.value_type(i).dtype.numpy == dtype for i in inputs_given)
-        if node.domain == "core" and dtype in FLOATS and same and len(node.outputs) == 1:
+        if self._lowers(node):
             if node.op in UFUNCS and node.op != "Identity" and len(inputs_given) in (1, 2):
                 return self._ufunc(node, UFUNCS[node.op])
             if node.op == "Relu":
@@ -190,9 +224,7 @@ class PlanBuilder:
             if node.op == "Gemm":
                 return self._gemm(node)
             if node.op == "Conv":
-                lowering = self._conv_lowering(node)
-                if lowering is not None:
-                    return self._conv(node, lowering)
+                return self._conv(node, self._conv_lowering(node))
         return self._kernel(node)
 
     def _conv_lowering(self, node: Node) -> Conv2dLowering | None:
@@ -202,12 +234,15 @@ class PlanBuilder:
         attrs = resolve_attrs(get_op("Conv"), node.attrs, node.name)
         return Conv2dLowering.build(tuple(int(d) for d in x_type.shape),
                                     tuple(int(d) for d in w_type.shape), attrs,
-                                    node.outputs[0].type.dtype.numpy)
+                                    node.outputs[0].type.dtype.numpy,
+                                    relu=node.name in self.absorbed)
 
     def _conv(self, node: Node, lowering: Conv2dLowering) -> Step:
         x, w = (self.slot(i) for i in node.inputs[:2])
         bias = self.slot(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
-        out = self.slot(node.outputs[0].name)
+        relu = self.absorbed.get(node.name)
+        result = node.outputs[0] if relu is None else relu.outputs[0]
+        out = self.slot(result.name)
         weight = self.graph.constants.get(node.inputs[1])
         constant_bias = None if bias is None else self.graph.constants.get(node.inputs[2])
         fixed = (lowering.filters(weight, constant_bias)
@@ -229,8 +264,9 @@ class PlanBuilder:
             return step
 
         ins = [x, w] + ([bias] if bias is not None else [])
-        return Step(node.name, ins, [out], False, True, make, [node.outputs[0].type],
-                    channels_last=True, scratch=lowering.scratch)
+        return Step(node.name if relu is None else f"{node.name}+{relu.name}", ins, [out],
+                    False, True, make, [result.type], channels_last=True,
+                    scratch=lowering.scratch)
 
     def _ufunc(self, node: Node, ufunc: Callable[..., Any]) -> Step:
         ins = [self.slot(i) for i in node.inputs]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,11 +70,20 @@ class TensorType:
 
     @classmethod
     def of(cls, array: np.ndarray, where: str = "array") -> TensorType:
-        """The static type of a numpy array."""
-        return cls(DType.from_numpy(array.dtype, where), tuple(int(d) for d in array.shape))
+        """The static type of a numpy array (types are immutable: one object per dtype
+        and shape is shared, since every run of a compiled graph asks for them)."""
+        try:
+            return _static_type(cls, array.dtype, array.shape)
+        except IRError:  # again, uncached, to name ``where``
+            return cls(DType.from_numpy(array.dtype, where), tuple(int(d) for d in array.shape))
 
     def __str__(self) -> str:
         return f"{self.dtype.value}[{', '.join(str(d) for d in self.shape)}]"
 
     def __repr__(self) -> str:
         return f"TensorType({self})"
+
+
+@functools.lru_cache(maxsize=1024)
+def _static_type(cls: type[TensorType], dtype: np.dtype, shape: tuple[int, ...]) -> TensorType:
+    return cls(DType.from_numpy(dtype, "array"), tuple(int(d) for d in shape))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import polyhal
 from polyhal import ops
 from polyhal.adapters.cpu import CpuExecutable, optimize
 from polyhal.adapters.cpu.fusion import cache_dir, find_groups
+from polyhal.adapters.cpu.kernels import conv
 from polyhal.adapters.cpu.plan import PlanBuilder
 from polyhal.conformance import run_suite
 from polyhal.hal import CompileOptions, open_device
@@ -126,6 +128,32 @@ def test_conv_chains_run_channels_last_and_outputs_are_c_contiguous(weights_as_i
         for out, name in zip(outs, ["y", "a"], strict=True):
             assert out.flags.c_contiguous
             np.testing.assert_allclose(out, expected[name], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("waste", [0.0, math.inf], ids=["im2col", "shifted"])
+def test_a_relu_that_only_follows_a_conv_is_applied_by_it(monkeypatch, waste):
+    monkeypatch.setattr(conv, "SHIFT_WASTE", waste)
+    rng = np.random.default_rng(5)
+    g = GraphBuilder("relus")
+    x = g.input("x", f32["n", 16, 6, 7])
+
+    def conv3(h):
+        w = rng.normal(0, 0.3, size=(16, 16, 3, 3)).astype(np.float32)
+        return ops.conv(h, g.constant(w), g.constant(rng.normal(size=16).astype(np.float32)),
+                        pads=[1, 1, 1, 1])
+
+    a = ops.relu(conv3(x))  # absorbed
+    b = conv3(a)
+    c = ops.relu(b) + b  # b has two consumers: its Relu is fused with the Add instead
+    g.output(ops.relu(conv3(c)), name="y")  # absorbed: the Relu's output is the graph's
+    graph = g.build()
+    plan = PlanBuilder(optimize(specialize(graph, {"n": 2}))).build()
+    fused = [name for name in plan.step_names if "+relu" in name]
+    assert len(fused) == 2, plan.step_names
+    assert "fused[Relu,Add]" in plan.step_names
+    xv = rng.normal(size=(2, 16, 6, 7)).astype(np.float32)
+    np.testing.assert_allclose(plan.execute([xv])[0], run(graph, xv)["y"], rtol=1e-4,
+                               atol=1e-4)
 
 
 def test_inputs_and_views_of_inputs_are_never_written():

@@ -13,6 +13,7 @@ every Gemm transpose, alpha, beta and C broadcast; MatMul batching.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -283,12 +284,12 @@ def test_conv_rejects_what_the_reference_rejects():
 
 
 
-def lowered_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None,
+def lowered_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, relu: bool = False,
                  **attrs: Any) -> np.ndarray | None:
     """Conv through :class:`conv.Conv2dLowering` (``None`` when it declines), its output
     a channels-last buffer and its scratch as the plan allocates them."""
     resolved = _attrs(_op("core.Conv"), attrs)
-    lowering = conv.Conv2dLowering.build(x.shape, w.shape, resolved, x.dtype)
+    lowering = conv.Conv2dLowering.build(x.shape, w.shape, resolved, x.dtype, relu)
     if lowering is None:
         return None
     n, m, *spatial = lowering.out_shape
@@ -302,25 +303,80 @@ def lowered_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None,
     return out
 
 
+STRATEGIES = {"im2col": (0.0, 1), "shifted": (math.inf, 1)}
+"""``conv.SHIFT_WASTE`` and ``SHIFT_MIN_CHANNELS`` that force each strategy (shifted:
+wherever strides are 1)."""
+
+
 @pytest.mark.parametrize(("attrs", "group", "c", "m"), [e for e in CONV_2D if e[1] == 1],
                          ids=[f"{i}" for i, e in enumerate(CONV_2D) if e[1] == 1])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("layout", ["nchw", "channels-last"])
-def test_lowered_conv_matches_the_reference(attrs, group, c, m, dtype, layout):
+@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+def test_lowered_conv_matches_the_reference(monkeypatch, attrs, group, c, m, dtype, layout,
+                                            strategy):
+    monkeypatch.setattr(conv, "SHIFT_WASTE", STRATEGIES[strategy][0])
+    monkeypatch.setattr(conv, "SHIFT_MIN_CHANNELS", STRATEGIES[strategy][1])
     x = _with_specials(_data((3, c, 9, 8), dtype), 2) if c > 3 else _data((3, c, 9, 8), dtype)
     if layout == "channels-last":
         x = np.moveaxis(np.ascontiguousarray(np.moveaxis(x, 1, -1)), -1, 1)
     w, b = _data((m, c, 3, 2), dtype), _data((m,), dtype)
     op = _op("core.Conv")
-    for bias in (None, b):
+    for bias, relu in ((None, False), (b, False), (b, True)):
         expected = op.kernel(x, w, bias, **_attrs(op, {"group": 1, **attrs}))
-        actual = lowered_conv(x, w, bias, group=1, **attrs)
+        if relu:
+            expected = _op("core.Relu").kernel(expected)
+        actual = lowered_conv(x, w, bias, relu, group=1, **attrs)
         assert actual is not None
-        _assert_close("core.Conv", [actual], [expected], f"lowered Conv {attrs} {layout}")
+        _assert_close("core.Conv", [actual], [expected],
+                      f"lowered Conv {attrs} {layout} {strategy} relu={relu}")
+
+
+def test_convs_on_small_borders_take_shifted_gemms(monkeypatch):
+    def lowering(spatial: int, channels: int = 16, **attrs: Any) -> conv.Conv2dLowering:
+        resolved = _attrs(_op("core.Conv"), {"pads": [1, 1, 1, 1], **attrs})
+        built = conv.Conv2dLowering.build((2, channels, spatial, spatial),
+                                          (16, channels, 3, 3), resolved,
+                                          np.dtype(np.float32))
+        assert built is not None
+        return built
+
+    assert lowering(32).shifted  # a 34x34 grid for 32x32 outputs: 13% waste
+    assert not lowering(8).shifted  # 10x10 for 8x8: 56%, im2col is cheaper
+    assert not lowering(32, channels=3).shifted  # K = 3 products are slow
+    assert not lowering(32, strides=[2, 2]).shifted  # im2col's columns shrink 4x
+    resolved = _attrs(_op("core.Conv"), {"pads": [1, 1, 1, 1]})
+    pointwise = conv.Conv2dLowering.build((2, 16, 32, 32), (16, 16, 1, 1), resolved,
+                                          np.dtype(np.float32))
+    assert pointwise is not None and not pointwise.shifted  # a 1x1 gains nothing
+    assert set(lowering(32).scratch) == {lowering(32).grid_name, "conv-result"}
+    monkeypatch.setattr(conv, "gemm_into", lambda dtype: None)  # numpy on another BLAS
+    assert not lowering(32).shifted
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gemm_into_accumulates_on_spaced_rows(dtype):
+    from polyhal.adapters.cpu.kernels.blas import gemm_into
+
+    gemm = gemm_into(dtype)
+    assert gemm is not None, "numpy's wheel bundles OpenBLAS"
+    rng = np.random.default_rng(0)
+    grid = rng.normal(size=(20, 5)).astype(dtype)
+    a = grid[2:14, 1:4]  # rows 5 apart, 3 wide
+    b = rng.normal(size=(3, 4)).astype(dtype)
+    c = rng.normal(size=(12, 4)).astype(dtype)
+    expected = a @ b + 2 * c
+    gemm(a, b, c, 2.0)
+    np.testing.assert_allclose(c, expected, rtol=1e-5)
+    with pytest.raises(ValueError, match="needs contiguous rows"):
+        gemm(grid[:12, ::2], b, c, 1.0)  # columns 2 apart
+    with pytest.raises(ValueError, match=r"\(12, 3\) @ \(12, 4\)"):
+        gemm(a, c, c, 1.0)
 
 
 @pytest.mark.parametrize("layout", ["nchw", "channels-last"])
 def test_lowered_conv_pointwise_strided_and_in_tiles(monkeypatch, layout):
+    monkeypatch.setattr(conv, "SHIFT_WASTE", 0.0)
     op = _op("core.Conv")
     x = _data((5, 6, 7, 4))
     if layout == "channels-last":

@@ -8,13 +8,15 @@ it within the conformance tolerances on every dtype, attribute combination and
 edge case (NaN, inf, empty tensors); it never writes its inputs.
 
 - :mod:`.conv`: Conv (im2col through strided views + one matmul per group and
-  cache-sized tile; depthwise by broadcast multiply-adds);
+  cache-sized tile; depthwise by broadcast multiply-adds), and the plan's 2-D
+  lowering (shifted GEMMs or im2col, channels-last);
 - :mod:`.pool`: MaxPool, AveragePool (strided views over cache-sized blocks of
   planes), GlobalAveragePool, GlobalMaxPool;
 - :mod:`.norm`: Softmax, LogSoftmax, LayerNormalization (bit-for-bit the
   reference on contiguous input), BatchNormalization (inference and
   training), LRN;
-- :mod:`.linalg`: MatMul, Gemm (BLAS without materialized transposes).
+- :mod:`.linalg`: MatMul, Gemm (BLAS without materialized transposes);
+- :mod:`.blas`: an accumulating GEMM on numpy's own OpenBLAS (not a kernel).
 
 :data:`FAST_KERNELS` maps qualified op names to them. :data:`FIRST_OUTPUT_KERNELS`
 holds cheaper variants that return only the first output, for nodes that do not
