@@ -1,11 +1,13 @@
 """The reference adapter: the reference executor as a device.
 
-It claims every op of the registry in every dtype the op admits, and computes
+It claims every op of the registry in every dtype the op admits (the quantum
+domain's only where qiskit, which reads its circuits, is installed), and computes
 with the reference kernels — so its conformance run checks the suite itself.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Sequence
 from functools import cache
 from typing import Any
@@ -27,10 +29,19 @@ from polyhal.reference import ReferenceExecutor
 
 @cache
 def reference_capabilities() -> Capabilities:
-    """Every registered op, with every dtype it admits."""
-    ops = {op.qualified_name: frozenset().union(*op.type_vars.values()) for op in all_ops()}
+    """Every registered op, with every dtype it admits (quantum ops need qiskit)."""
+    quantum = _importable("qiskit")
+    ops = {op.qualified_name: frozenset().union(*op.type_vars.values()) for op in all_ops()
+           if quantum or op.domain != "quantum"}
     return Capabilities(ops=ops, dynamic_shapes=True, precisions=frozenset({"fp32"}),
                         max_rank=32, tags=frozenset({"reference", "training"}))
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a module set to None in sys.modules, say
+        return False
 
 
 class ReferenceExecutable(Executable):

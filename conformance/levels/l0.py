@@ -51,11 +51,13 @@ def _refuses(case: Case, device: Device) -> tuple[bool, str]:
 
 
 def _first_case(caps: Capabilities, claimed: bool, dtype: DType | None = None) -> Case | None:
-    """A rank-2 (or rank-1) case of the first op that is (un)claimed as asked (core ops
-    first, then the other domains)."""
+    """A rank-2 (or rank-1) case of the first claimed op, in a dtype (un)claimed as asked
+    (core ops first, then the other domains)."""
     for op in sorted(all_ops(), key=lambda op: (op.domain != "core", op.domain, op.name)):
+        if op.qualified_name not in caps.ops:  # an unclaimed op is not an unclaimed dtype
+            continue
         dtypes = primary_dtypes(op, caps) if claimed else sorted(
-            op.type_vars[op.inputs[0].type_var] - caps.ops.get(op.qualified_name, frozenset()),
+            op.type_vars[op.inputs[0].type_var] - caps.ops[op.qualified_name],
             key=lambda d: d.value) if op.inputs else []
         for d in dtypes if dtype is None else [t for t in dtypes if t == dtype]:
             for shape_class in ("rank2", "rank1"):

@@ -104,6 +104,35 @@ def test_template_passes_its_claimed_cases_and_shows_coverage(tmp_path):
     assert "growth over 1000 cycles" in cycles.message
 
 
+def test_without_qiskit_the_reference_claims_no_quantum_op_and_its_cases_generate(
+        monkeypatch):
+    """The README's first command may run where qiskit is not installed."""
+    from polyhal.adapters.reference import reference_capabilities
+    from polyhal.conformance.levels import GENERATORS
+
+    for module in ("qiskit", "qiskit_aer"):
+        monkeypatch.setitem(sys.modules, module, None)
+    reference_capabilities.cache_clear()
+    try:
+        caps = reference_capabilities()
+        assert caps.ops and not [op for op in caps.ops if op.startswith("quantum.")]
+        cases = generate_cases(caps, list(GENERATORS), "ci")
+    finally:
+        reference_capabilities.cache_clear()
+    assert cases and not [c.id for c in cases if c.op and c.op.startswith("quantum.")]
+    assert not [c.id for c in cases if c.level == "L4-quantum"]
+
+
+def test_an_unclaimed_dtype_case_is_of_a_claimed_op():
+    from polyhal.conformance.levels import l0
+
+    with open_device("template") as device:
+        caps = device.capabilities
+    case = next(c for c in l0.generate(caps, get_profile("ci"))
+                if c.id == "L0/errors/unclaimed-dtype")
+    assert case.op in caps.ops and case.dtype not in {d.value for d in caps.ops[case.op]}
+
+
 def test_manifest_turns_failures_into_xfail_and_passes_into_xpass(tmp_path):
     manifest_file = tmp_path / "manifest.toml"
     manifest_file.write_text('expected_failures = [\n'
