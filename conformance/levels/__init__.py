@@ -5,7 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from polyhal.conformance.cases import Case
-from polyhal.conformance.levels import l0, l1, l2, l3, l4_quantum, l4_snn, l5, onnx_node
+from polyhal.conformance.levels import (
+    l0,
+    l1,
+    l2,
+    l3,
+    l4_quant,
+    l4_quantum,
+    l4_snn,
+    l5,
+    onnx_node,
+)
 from polyhal.conformance.profiles import Profile
 from polyhal.hal.capabilities import Capabilities
 
@@ -18,9 +28,10 @@ GENERATORS: dict[str, Generator] = {
     "L3": l3.generate,
     "L4-snn": l4_snn.generate,
     "L4-quantum": l4_quantum.generate,
+    "L4-quant": l4_quant.generate,
     "L5": l5.generate,
     "onnx": onnx_node.generate,
 }
-"""Levels that have generators; the other (L4-quant) arrives with its feature."""
+"""Every level's generator, in run order (:data:`~polyhal.conformance.profiles.LEVELS`)."""
 
 __all__ = ["GENERATORS", "Generator"]

@@ -95,24 +95,27 @@ def _hybrid(caps: Capabilities, profile: Profile) -> Iterator[Case]:
                                              tolerance=model_tolerance(expected)))
 
 
-def hybrid_case(caps: Capabilities, case: Case) -> Case:
+def hybrid_case(caps: Capabilities, case: Case,
+                required: Sequence[str] = QUANTUM_OPS) -> Case:
     """``case`` as it is when ``caps`` covers its graph, else run through placement with
-    the :data:`FALLBACK` device (:func:`placed_check`)."""
+    the :data:`FALLBACK` device (:func:`placed_check`); the nodes of the ``required`` ops
+    must run on the device."""
     assert case.graph is not None and case.tolerance is not None
     graph = decompose_for(case.graph, caps)
     if covers(caps, graph):
         case.graph = graph
     else:
         case.check = partial(placed_check, case.graph, case.inputs, case.expected,
-                             case.tolerance)
+                             case.tolerance, required=tuple(required))
     return case
 
 
-def run_placed(device: Device, graph: Graph, inputs: Sequence[np.ndarray]
-               ) -> tuple[list[np.ndarray], str]:
+def run_placed(device: Device, graph: Graph, inputs: Sequence[np.ndarray],
+               required: Sequence[str] = QUANTUM_OPS) -> tuple[list[np.ndarray], str]:
     """``graph`` compiled over ``device`` with the :data:`FALLBACK` device behind it, run
     once; its outputs, and a problem with the placement ("" when the device runs every
-    quantum node, as it must when it claims them)."""
+    node of the ``required`` ops, the quantum ones by default, as it must when it claims
+    them)."""
     from polyhal.runtime import compile as compile_graph
 
     with open_device(FALLBACK) as fallback:
@@ -120,18 +123,20 @@ def run_placed(device: Device, graph: Graph, inputs: Sequence[np.ndarray]
         outputs = list(compiled(*inputs).values())
     mine = set(compiled.placement.nodes_on(device.address))
     elsewhere = [n.name for n in compiled.graph.nodes
-                 if n.qualified_op in QUANTUM_OPS and n.name not in mine]
-    problem = (f"placement put the quantum node(s) {', '.join(elsewhere)} on {FALLBACK}"
+                 if n.qualified_op in required and n.name not in mine]
+    kind = "quantum " if tuple(required) == QUANTUM_OPS else ""
+    problem = (f"placement put the {kind}node(s) {', '.join(elsewhere)} on {FALLBACK}"
                if elsewhere else "")
     return outputs, problem
 
 
 def placed_check(graph: Graph, inputs: Sequence[np.ndarray], expected: Sequence[np.ndarray],
-                 tolerance: Tolerance, device: Device) -> Comparison:
+                 tolerance: Tolerance, device: Device,
+                 required: Sequence[str] = QUANTUM_OPS) -> Comparison:
     """Grade ``graph`` run on ``device`` with the fallback (see :func:`run_placed`)."""
-    actual, problem = run_placed(device, graph, inputs)
+    actual, problem = run_placed(device, graph, inputs, required)
     result = grade(actual, expected, tolerance)
     if problem:
         return Comparison(False, result.max_abs_err, result.max_rel_err, problem)
     return Comparison(result.ok, result.max_abs_err, result.max_rel_err,
-                      result.message or f"classical nodes on the {FALLBACK} fallback")
+                      result.message or f"uncovered nodes on the {FALLBACK} fallback")

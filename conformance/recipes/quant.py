@@ -1,12 +1,15 @@
 """Recipes of the quantization ops: QuantizeLinear, DequantizeLinear,
-MatMulInteger and QLinearMatMul.
+MatMulInteger and QLinearMatMul (core), and quant.Requantize.
 
 Scales are powers of two, so every division and product is exact in every
 scale dtype and the results do not depend on the order or precision of the
 arithmetic; QuantizeLinear's real values keep their fraction clear of .5 (ties
 round half to even, which is defined, but a tie must not be a rounding
 accident). The classes walk per-tensor, per-axis and blocked parameters, the
-optional zero points, ``output_dtype`` and ``precision``.
+optional zero points, ``output_dtype`` and ``precision``. Requantize's classes
+walk per-tensor and per-channel parameters, bias given or not, both roundings,
+relu and zero points, with values that tie, saturate and sit at int32's extremes;
+its outputs are graded exactly, as every integer output is.
 """
 
 from __future__ import annotations
@@ -279,3 +282,97 @@ def qlinear_matmul(op: OpDef, dtype: DType, shape_class: str,
         declare(sample)
     return sample
 
+
+
+# --------------------------------------------------------------------------- quant.Requantize
+
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+
+# regime -> inclusive ranges of (multiplier, shift, x, bias): "ties" makes p / 2^shift
+# land on halves often and saturate sometimes; "scaled" is what the quantization pass
+# emits (multiplier in [2^30, 2^31), accumulators of a few million).
+_REGIMES = {
+    "ties": ((1, 7), (1, 4), (-120, 120), (-20, 20)),
+    "scaled": ((2**30, _INT32_MAX), (40, 46), (-(2**21), 2**21), (-(2**19), 2**19)),
+}
+
+# class -> (x shape, per-channel inputs: m(ultiplier) s(hift) b(ias), bias given,
+# attributes); rank4 bakes the parameters in as constants, special takes extremes.
+_REQUANT_PLAN: dict[str, tuple[tuple[int, ...], str, bool, dict[str, Any]]] = {
+    "scalar": ((), "", True, {"rounding": "half_even"}),
+    "rank1": ((6,), "ms", False, {"relu": 1}),
+    "rank2": ((3, 4), "msb", True, {"zero_point": -7}),
+    "rank3": ((2, 3, 4), "s", True, {"rounding": "half_even", "relu": 1, "zero_point": 9}),
+    "rank4": ((2, 1, 3, 4), "msb", True, {"rounding": "half_even"}),
+    "rank5": ((2, 1, 2, 1, 3), "b", True, {"relu": 1, "zero_point": -128}),
+    "broadcast": ((4, 6), "mb", True, {"rounding": "half_even", "zero_point": 3}),
+    "empty": ((2, 0), "msb", True, {}),
+    "symbolic": ((3, 5), "ms", True, {"relu": 1, "rounding": "half_even"}),
+    "special": ((6, 6), "msb", True, {"relu": 1, "zero_point": -3}),
+}
+
+
+def _draw(bounds: tuple[int, int], shape: tuple[int, ...], rng: np.random.Generator
+          ) -> np.ndarray:
+    return rng.integers(bounds[0], bounds[1], size=shape, endpoint=True).astype(np.int32)
+
+
+def _requantize_extremes(x_shape: tuple[int, ...], rng: np.random.Generator
+                         ) -> list[np.ndarray]:
+    """Columns of (multiplier, shift, bias) at their extremes; x at int32's."""
+    channels = x_shape[-1]
+    multiplier = rng.choice([0, 1, 2**30, _INT32_MAX, _INT32_MAX], size=channels)
+    shift = rng.choice([0, 1, 31, 62, 63], size=channels)
+    bias = rng.choice([_INT32_MIN, _INT32_MAX, 0, -1], size=channels)
+    x = rng.choice([_INT32_MIN, _INT32_MAX, 0, 1, -1, 2**30, -(2**30)], size=x_shape)
+    return [a.astype(np.int32) for a in (x, multiplier, shift, bias)]
+
+
+def _requantize_values(x_shape: tuple[int, ...], per_channel: str, rng: np.random.Generator
+                       ) -> list[np.ndarray]:
+    """x, multiplier, shift and bias in one regime, or one regime per channel when both
+    the multiplier and the shift are per channel."""
+    channels = x_shape[-1] if x_shape else 1
+    mixed = "m" in per_channel and "s" in per_channel
+    one = pick(rng, list(_REGIMES))
+    regimes = [pick(rng, list(_REGIMES)) if mixed else one for _ in range(channels)]
+    params = []
+    for index, code in enumerate("msb"):
+        if code in per_channel:
+            params.append(np.array([_draw(_REGIMES[r][index], (), rng) for r in regimes],
+                                   np.int32).reshape(channels))
+        else:
+            params.append(_draw(_REGIMES[one][index], (), rng))
+    if not x_shape:
+        x = _draw(_REGIMES[one][2], (), rng)
+    elif channels == 0:
+        x = np.zeros(x_shape, np.int32)
+    else:
+        x = np.stack([_draw(_REGIMES[r][2], x_shape[:-1], rng) for r in regimes], axis=-1)
+    return [x, *params]
+
+
+@recipe("quant.Requantize")
+def requantize(op: OpDef, dtype: DType, shape_class: str,
+               rng: np.random.Generator) -> OpSample | None:
+    """Per-tensor and per-channel parameters in two regimes (ties and saturation with
+    small multipliers and shifts; the pass's multipliers in [2^30, 2^31)), bias given
+    or not, both roundings, relu and zero points by class; ``special`` puts x, bias,
+    multiplier and shift at their extremes."""
+    if shape_class not in _REQUANT_PLAN:
+        return None
+    x_shape, per_channel, with_bias, attrs = _REQUANT_PLAN[shape_class]
+    if shape_class == "symbolic":
+        x_shape = (int(rng.integers(2, 5)), *x_shape[1:])
+    if shape_class == "special":
+        x, multiplier, shift, bias = _requantize_extremes(x_shape, rng)
+    else:
+        x, multiplier, shift, bias = _requantize_values(x_shape, per_channel, rng)
+    inputs: list[np.ndarray | None] = [x, multiplier, shift, bias if with_bias else None]
+    while inputs[-1] is None:
+        inputs.pop()
+    const = frozenset(range(1, len(inputs))) if shape_class == "rank4" else frozenset()
+    sample = OpSample(inputs, dict(attrs), const_inputs=const)
+    if shape_class == "symbolic":
+        declare(sample)
+    return sample

@@ -26,6 +26,7 @@ from polyhal.ops import (  # noqa: F401  (importing registers the ops)
     quant,
     quantum,
     reduce,
+    requantize,
     scatter,
     shape,
     snn,

@@ -11,7 +11,7 @@ import numpy as np
 
 from polyhal.errors import UnsupportedError
 from polyhal.hal.capabilities import PRECISIONS, Capabilities
-from polyhal.hal.contract import Buffer, CompileOptions, Device, Executable
+from polyhal.hal.contract import Buffer, CompileOptions, Device, Executable, Profile
 from polyhal.hal.registry import open_device
 from polyhal.ir.graph import Graph
 from polyhal.ir.types import TensorType
@@ -65,6 +65,7 @@ class CompiledGraph:
         self.placement: Placement = place(self.graph, addresses, usable)
         self.stats = RunStats()
         self._cache: dict[tuple[int, tuple[TensorType, ...]], Executable] = {}
+        self._last: list[tuple[str, Executable]] = []
         self._lock = threading.Lock()
 
     def _executable(self, index: int, part: Partition, types: tuple[TensorType, ...]
@@ -90,11 +91,13 @@ class CompiledGraph:
         arrays, _ = bind_inputs(self.source, args, kwargs)
         host: dict[str, np.ndarray] = dict(arrays)
         located: dict[str, tuple[str, Buffer]] = {}
+        ran: list[tuple[str, Executable]] = []
         for index, part in enumerate(self.placement.partitions):
             device = self.devices[part.device]
             buffers = [self._fetch(name, part.device, device, host, located)
                        for name in (v.name for v in part.graph.inputs)]
             executable = self._executable(index, part, tuple(b.type for b in buffers))
+            ran.append((part.device, executable))
             for value, buffer in zip(part.graph.outputs, executable.run(buffers), strict=True):
                 located[value.name] = (part.device, buffer)
         results = Outputs()
@@ -107,7 +110,13 @@ class CompiledGraph:
             else:
                 results[value.name] = np.array(self.source.constants[value.name], copy=True)
         self.stats.runs += 1
+        self._last = ran
         return results
+
+    def profiles(self) -> list[tuple[str, Profile | None]]:
+        """What each partition's executable measured in the last call: ``(device
+        address, Executable.profile())`` in partition order (empty before a call)."""
+        return [(address, executable.profile()) for address, executable in self._last]
 
     def _fetch(self, name: str, address: str, device: Device, host: dict[str, np.ndarray],
                located: dict[str, tuple[str, Buffer]]) -> Buffer:

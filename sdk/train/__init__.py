@@ -11,7 +11,7 @@ clipping and atomic, resumable checkpoints.
 """
 
 from polyhal.train.checkpoint import load_checkpoint, save_checkpoint
-from polyhal.train.datasets import spirals, two_moons
+from polyhal.train.datasets import gaussian_classes, spirals, two_moons
 from polyhal.train.fit import StepInfo, accuracy, evaluate, fit
 from polyhal.train.history import History
 from polyhal.train.losses import (
@@ -28,6 +28,6 @@ from polyhal.train.step import Trainer, step_graph
 __all__ = [
     "LOSSES", "SGD", "Adam", "AdamW", "History", "LossScaler", "Optimizer", "StepInfo",
     "Trainer", "accuracy", "binary_cross_entropy", "binary_cross_entropy_with_logits",
-    "cross_entropy", "evaluate", "fit", "load_checkpoint", "mse", "save_checkpoint",
-    "spirals", "step_graph", "two_moons",
+    "cross_entropy", "evaluate", "fit", "gaussian_classes", "load_checkpoint", "mse",
+    "save_checkpoint", "spirals", "step_graph", "two_moons",
 ]

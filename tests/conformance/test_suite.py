@@ -50,13 +50,13 @@ def test_reference_passes_and_writes_three_files(reference_report):
     assert doc["summary"]["passed"] + len(listed) + skipped == len(doc["cases"]) > 1000
     assert all(case.startswith("onnx/test_training_dropout") for case in listed)
     assert {c["level"] for c in doc["cases"]} == {"L0", "L1", "L2", "L3", "L4-snn",
-                                                  "L4-quantum", "L5", "onnx"}
+                                                  "L4-quantum", "L4-quant", "L5", "onnx"}
     assert {c["level"] for c in doc["cases"] if c["outcome"] == "not_applicable"} == {"L3"}
     onnx_cases = [c for c in doc["cases"] if c["level"] == "onnx"]
     passed = sum(c["outcome"] == "passed" for c in onnx_cases)
     print(f"onnx level: {len(onnx_cases)} cases, {passed} passed, {len(listed)} listed")
     assert passed / len(onnx_cases) >= 0.97
-    for domain in ("core", "snn"):
+    for domain in ("core", "snn", "quant"):
         assert doc["coverage"][domain]["claimed"] == doc["coverage"][domain]["total"]
 
 
@@ -76,7 +76,7 @@ def test_case_set_hash_is_stable_across_runs(reference_report):
     doc = json.loads((out / "report.json").read_text())
     with open_device("reference") as device:
         cases = generate_cases(device.capabilities, ["L0", "L1", "L2", "L3", "L4-snn",
-                                                     "L4-quantum", "L5", "onnx"], "ci")
+                                                     "L4-quantum", "L4-quant", "L5", "onnx"], "ci")
     assert case_set_hash(cases) == doc["case_set_hash"]
     assert [c.id for c in cases] == [c["id"] for c in doc["cases"]]
 

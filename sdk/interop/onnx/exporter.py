@@ -143,7 +143,9 @@ class _Exporter:
     def node(self, node: Node) -> list[NodeProto]:
         where = f"node {node.name!r} ({node.qualified_op})"
         if node.domain != "core":
-            raise UnsupportedError(f"{where}: only core ops export to ONNX")
+            raise UnsupportedError(f"{where}: the {node.domain!r} domain has no ONNX mapping "
+                                   "(only core ops export to ONNX; save the graph in "
+                                   "polyhal's own format with polyhal.save)")
         version = schema_version(node.op, self.opset)
         if version is None:
             first = self._first_opset(node.op)

@@ -1,0 +1,94 @@
+"""The simulation side of the link: a cocotb test that serves device commands.
+
+Started once per open device (by :mod:`polyhal.simulators.fpga.launch`), it
+connects to the host's socket, resets the device and then runs each batch of
+commands it receives through the wrapper's DMA engine
+(:mod:`polyhal.simulators.fpga.dma`), and answers with their status words and
+data. While it waits for the host the simulation does not advance. It ends
+when the host says so or goes away.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import cocotb
+from cocotb.triggers import FallingEdge
+
+from polyhal.simulators.fpga import wire
+from polyhal.simulators.fpga.dma import Dma
+from polyhal.simulators.fpga.golden import fields_to_word, word_to_fields
+from polyhal.simulators.fpga.protocol import Opcode
+from polyhal.simulators.fpga.stream import read_in_range
+
+SOCKET_ENV = "POLYHAL_FPGA_SOCKET"
+WORD_BYTES_ENV = "POLYHAL_FPGA_WORD_BYTES"
+
+
+async def _reset(dut) -> None:
+    await FallingEdge(dut.clk)
+    dut.in_valid.value = 0
+    dut.out_ready.value = 0
+    dut.dma_start.value = 0
+    dut.dma_commands.value = 0
+    dut.rst.value = 1
+    for _ in range(4):
+        await FallingEdge(dut.clk)
+    dut.rst.value = 0
+    await FallingEdge(dut.clk)
+
+
+def _words(cmd: wire.Command, word_bytes: int) -> list[int]:
+    """A command's words: its header, then its payload."""
+    payload = [int.from_bytes(cmd.payload[i:i + word_bytes], "little")
+               for i in range(0, len(cmd.payload), word_bytes)]
+    return [fields_to_word([cmd.opcode, *cmd.args]), *payload]
+
+
+def _answer_words(dut, cmd: wire.Command) -> int:
+    """How many words the device answers ``cmd`` with: a READ in range its data, and
+    every command its status word."""
+    if cmd.opcode != Opcode.READ:
+        return 1
+    buffer, address, count = [*cmd.args, 0, 0, 0][:3]
+    return 1 + (count if read_in_range(dut, buffer, address, count) else 0)
+
+
+async def _run(dut, dma: Dma, commands: list[wire.Command], word_bytes: int
+               ) -> list[wire.Reply]:
+    batch = [(_words(cmd, word_bytes), _answer_words(dut, cmd)) for cmd in commands]
+    replies = []
+    for words in await dma.run(batch):
+        fields = tuple(word_to_fields(words[-1], wire.STATUS_FIELDS))
+        data = b"".join(w.to_bytes(word_bytes, "little") for w in words[:-1])
+        replies.append(wire.Reply(fields, data))
+    return replies
+
+
+@cocotb.test()
+async def serve(dut) -> None:
+    """Serve the host until it quits or disconnects."""
+    word_bytes = int(os.environ[WORD_BYTES_ENV])
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(os.environ[SOCKET_ENV])
+    await _reset(dut)
+    dma = Dma(dut)  # after the reset: dma_start is 0
+    try:
+        while True:
+            try:
+                kind, commands = wire.decode_request(wire.recv_frame(sock))
+            except wire.WireError:
+                return  # the host went away: end the simulation
+            if kind == wire.QUIT:
+                wire.send_frame(sock, wire.encode_reply([]))
+                return
+            if kind == wire.RESET:
+                await _reset(dut)
+                dma = Dma(dut)
+                replies = []
+            else:
+                replies = await _run(dut, dma, commands, word_bytes)
+            wire.send_frame(sock, wire.encode_reply(replies))
+    finally:
+        sock.close()
