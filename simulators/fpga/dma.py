@@ -9,9 +9,10 @@ touches the simulation once per batch (plus a memory write or read per
 word, with no clock edge in between), not once per cycle.
 
 Batches larger than the wrapper's ``DMA_WORDS`` / ``DMA_COMMANDS`` go in
-several runs. The words move as binary strings through the handles' GPI
-objects (cocotb's ``LogicArray`` conversion of a 1024-bit value costs three
-times as much; cocotb is pinned to 2.1).
+several runs. Words are little-endian byte strings here; they move as binary
+strings through the handles' GPI objects, converted for a whole run at once
+with numpy (cocotb's ``LogicArray`` conversion of a 1024-bit value costs
+several times as much; cocotb is pinned to 2.1).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 from cocotb.triggers import FallingEdge, RisingEdge
 
 _DEPOSIT = 0  # cocotb's _GPISetAction.DEPOSIT
@@ -41,21 +43,33 @@ class Dma:
             handles.append(getattr(self.dut, memory)[len(handles)]._handle)
         return handles[index]
 
-    def _write(self, memory: str, index: int, value: int, bits: int) -> None:
-        self._handle(memory, index).set_signal_val_binstr(_DEPOSIT, format(value, f"0{bits}b"))
+    def _write(self, memory: str, index: int, text: str) -> None:
+        self._handle(memory, index).set_signal_val_binstr(_DEPOSIT, text)
 
-    def _read(self, memory: str, index: int) -> int:
-        text = self._handle(memory, index).get_signal_val_binstr()
-        try:
-            return int(text, 2)
-        except ValueError:
-            raise RuntimeError(f"{memory}[{index}] holds undefined bits: {text[:64]}...") from None
+    def _bits(self, data: bytes) -> str:
+        """``data`` (whole words, little-endian) as one string of each word's bits,
+        most significant first."""
+        width = self.bits // 8
+        octets = np.frombuffer(data, np.uint8).reshape(-1, width)[:, ::-1]
+        return (np.unpackbits(octets, axis=1) + ord("0")).tobytes().decode("ascii")
 
-    def chunks(self, batch: Sequence[tuple[Sequence[int], int]]) -> list[int]:
-        """Where ``batch`` ((words in, words out) per command) is cut into runs: the
+    def _bytes(self, texts: list[str]) -> bytes:
+        """The inverse of :meth:`_bits` for a list of words' bit strings."""
+        if not texts:
+            return b""
+        digits = np.frombuffer("".join(texts).encode("ascii"), np.uint8) - ord("0")
+        if digits.max() > 1:
+            raise RuntimeError("dma_out holds undefined (x/z) bits")
+        octets = np.packbits(digits.reshape(len(texts), self.bits), axis=1)
+        return octets[:, ::-1].tobytes()
+
+    def chunks(self, batch: Sequence[tuple[bytes, int]]) -> list[int]:
+        """Where ``batch`` ((bytes in, words out) per command) is cut into runs: the
         index one past each run's last command."""
+        width = self.bits // 8
         cuts, words_in, words_out, count = [], 0, 0, 0
-        for index, (words, out) in enumerate(batch):
+        for index, (data, out) in enumerate(batch):
+            words = range(len(data) // width)
             if max(len(words), out) > self.words:
                 raise ValueError(f"command {index} moves {max(len(words), out)} words; the "
                                  f"DMA engine holds {self.words}")
@@ -68,11 +82,12 @@ class Dma:
             count += 1
         return [*cuts, len(batch)]
 
-    async def run(self, batch: Sequence[tuple[Sequence[int], int]]) -> list[list[int]]:
-        """Run ``batch``: per command its words in and the number of words it answers
-        (data, then the status word). Returns each run command's words out; a command
-        whose status is not 0 is the last one run. Call and return at a falling edge."""
-        results: list[list[int]] = []
+    async def run(self, batch: Sequence[tuple[bytes, int]]) -> list[bytes]:
+        """Run ``batch``: per command its words in (header and payload, as bytes) and
+        the number of words it answers (data, then the status word). Returns each run
+        command's words out, as bytes; a command whose status is not 0 is the last one
+        run. Call and return at a falling edge."""
+        results: list[bytes] = []
         if not batch:
             return results
         start = 0
@@ -84,13 +99,15 @@ class Dma:
             start = stop
         return results
 
-    async def _run(self, batch: Sequence[tuple[Sequence[int], int]]) -> list[list[int]]:
-        dut, position = self.dut, 0
-        for index, (words, out) in enumerate(batch):
-            self._write("dma_in_words", index, len(words), 32)
-            self._write("dma_out_words", index, out, 32)
-            for word in words:
-                self._write("dma_in", position, int(word), self.bits)
+    async def _run(self, batch: Sequence[tuple[bytes, int]]) -> list[bytes]:
+        dut, bits, width = self.dut, self.bits, self.bits // 8
+        text = self._bits(b"".join(data for data, _ in batch))
+        position = 0
+        for index, (data, out) in enumerate(batch):
+            self._write("dma_in_words", index, format(len(data) // width, "032b"))
+            self._write("dma_out_words", index, format(out, "032b"))
+            for _ in range(len(data) // width):
+                self._write("dma_in", position, text[position * bits:(position + 1) * bits])
                 position += 1
         dut.dma_commands.value = len(batch)
         self._start ^= 1  # a toggle: two writes in one time step would keep only the last
@@ -98,9 +115,10 @@ class Dma:
         await RisingEdge(dut.dma_done)
         await FallingEdge(dut.clk)
         ran, received = int(dut.dma_ran.value), int(dut.dma_received.value)
-        words_out = [self._read("dma_out", i) for i in range(received)]
+        data = self._bytes([self._handle("dma_out", i).get_signal_val_binstr()
+                            for i in range(received)])
         results, position = [], 0
         for _, out in batch[:ran]:
-            results.append(words_out[position:position + out])
+            results.append(data[position * width:(position + out) * width])
             position += out
         return results

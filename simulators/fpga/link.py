@@ -79,6 +79,11 @@ class SimulationLink:
 
         A simulation that is not running (never started, or lost to a fault) is
         started first."""
+        for command in commands:
+            if len(command.payload) % self.word_bytes:
+                raise ValueError(f"command {command.opcode}: a payload of "
+                                 f"{len(command.payload)} bytes is not whole "
+                                 f"{self.word_bytes}-byte words")
         with self._lock:
             self.start()
             return self._exchange(wire.encode_request(wire.BATCH, commands),

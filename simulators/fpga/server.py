@@ -18,7 +18,7 @@ from cocotb.triggers import FallingEdge
 
 from polyhal.simulators.fpga import wire
 from polyhal.simulators.fpga.dma import Dma
-from polyhal.simulators.fpga.golden import fields_to_word, word_to_fields
+from polyhal.simulators.fpga.golden import fields_to_word
 from polyhal.simulators.fpga.protocol import Opcode
 from polyhal.simulators.fpga.stream import read_in_range
 
@@ -39,11 +39,10 @@ async def _reset(dut) -> None:
     await FallingEdge(dut.clk)
 
 
-def _words(cmd: wire.Command, word_bytes: int) -> list[int]:
-    """A command's words: its header, then its payload."""
-    payload = [int.from_bytes(cmd.payload[i:i + word_bytes], "little")
-               for i in range(0, len(cmd.payload), word_bytes)]
-    return [fields_to_word([cmd.opcode, *cmd.args]), *payload]
+def _bytes_in(cmd: wire.Command, word_bytes: int) -> bytes:
+    """A command's words as bytes: its header, then its payload."""
+    header = fields_to_word([cmd.opcode, *cmd.args]).to_bytes(word_bytes, "little")
+    return header + cmd.payload
 
 
 def _answer_words(dut, cmd: wire.Command) -> int:
@@ -57,12 +56,13 @@ def _answer_words(dut, cmd: wire.Command) -> int:
 
 async def _run(dut, dma: Dma, commands: list[wire.Command], word_bytes: int
                ) -> list[wire.Reply]:
-    batch = [(_words(cmd, word_bytes), _answer_words(dut, cmd)) for cmd in commands]
+    batch = [(_bytes_in(cmd, word_bytes), _answer_words(dut, cmd)) for cmd in commands]
     replies = []
-    for words in await dma.run(batch):
-        fields = tuple(word_to_fields(words[-1], wire.STATUS_FIELDS))
-        data = b"".join(w.to_bytes(word_bytes, "little") for w in words[:-1])
-        replies.append(wire.Reply(fields, data))
+    for data in await dma.run(batch):
+        status = data[-word_bytes:]
+        fields = tuple(int.from_bytes(status[4 * i:4 * i + 4], "little")
+                       for i in range(wire.STATUS_FIELDS))
+        replies.append(wire.Reply(fields, data[:-word_bytes]))
     return replies
 
 

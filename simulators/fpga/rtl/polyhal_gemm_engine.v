@@ -41,24 +41,14 @@ module polyhal_gemm_engine #(
     output reg  [15:0]                     c_waddr,
     output reg  [8*WORD_BYTES-1:0]         c_wdata
 );
-    function integer clog2;
-        input integer v;
-        integer n;
-        begin
-            n = 0;
-            while ((1 << n) < v) n = n + 1;
-            clog2 = n;
-        end
-    endfunction
-
     localparam integer W = WORD_BYTES;
     localparam integer A_EPW = W / ROWS;          // A entries per word
     localparam integer B_EPW = W / COLS;
     localparam integer C_EPW = W / (4 * COLS);
-    localparam integer A_LOG = clog2(A_EPW);
-    localparam integer B_LOG = clog2(B_EPW);
-    localparam integer C_LOG = clog2(C_EPW);
-    localparam integer R_LOG = clog2(ROWS);
+    localparam integer A_LOG = $clog2(A_EPW);
+    localparam integer B_LOG = $clog2(B_EPW);
+    localparam integer C_LOG = $clog2(C_EPW);
+    localparam integer R_LOG = $clog2(ROWS);
     localparam integer KMIN = (ROWS > COLS) ? ROWS : COLS;
     localparam [71:0] A_ENTRIES = A_WORDS * A_EPW;
     localparam [71:0] B_ENTRIES = B_WORDS * B_EPW;

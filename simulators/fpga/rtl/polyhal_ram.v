@@ -17,18 +17,8 @@ module polyhal_ram #(
     input  wire [15:0]      raddr,
     output wire [WIDTH-1:0] rdata
 );
-    function integer clog2;
-        input integer v;
-        integer n;
-        begin
-            n = 0;
-            while ((1 << n) < v) n = n + 1;
-            clog2 = n;
-        end
-    endfunction
-
     localparam integer LW = WIDTH / LANES;
-    localparam integer AW = (DEPTH > 1) ? clog2(DEPTH) : 1;
+    localparam integer AW = (DEPTH > 1) ? $clog2(DEPTH) : 1;
     // Addresses are 16 bits everywhere; the RAM decodes the bits it needs.
     /* verilator lint_off UNUSEDSIGNAL */
     wire [15:0] wa = waddr;

@@ -38,24 +38,14 @@ module polyhal_requant_engine #(
     output wire [15:0]                 q_waddr,
     output wire [8*WORD_BYTES-1:0]     q_wdata
 );
-    function integer clog2;
-        input integer v;
-        integer n;
-        begin
-            n = 0;
-            while ((1 << n) < v) n = n + 1;
-            clog2 = n;
-        end
-    endfunction
-
     localparam integer W = WORD_BYTES;
     localparam integer C_EPW = W / (4 * COLS);
     localparam integer Q_EPW = W / COLS;
     localparam integer RPW = W / 16;               // P records per word
-    localparam integer C_LOG = clog2(C_EPW);
-    localparam integer Q_LOG = clog2(Q_EPW);
-    localparam integer P_LOG = clog2(RPW);
-    localparam integer COL_LOG = clog2(COLS);
+    localparam integer C_LOG = $clog2(C_EPW);
+    localparam integer Q_LOG = $clog2(Q_EPW);
+    localparam integer P_LOG = $clog2(RPW);
+    localparam integer COL_LOG = $clog2(COLS);
     localparam [71:0] C_ENTRIES = C_WORDS * C_EPW;
     localparam [71:0] Q_ENTRIES = Q_WORDS * Q_EPW;
     localparam [71:0] P_RECORDS = P_WORDS * RPW;
