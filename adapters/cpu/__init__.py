@@ -38,10 +38,11 @@ from polyhal.passes import FUSION_RULES, apply_rules, simplify, specialize
 
 @cache
 def cpu_capabilities() -> Capabilities:
-    """Every core and snn op in every dtype it admits (snn through the reference's
-    time-steppers, so that spiking graphs fall back to the CPU)."""
+    """Every core, snn and quant op in every dtype it admits (snn through the
+    reference's time-steppers, so that spiking graphs fall back to the CPU;
+    quant.Requantize in int64 arithmetic)."""
     ops = {op.qualified_name: frozenset().union(*op.type_vars.values())
-           for domain in ("core", "snn") for op in all_ops(domain)}
+           for domain in ("core", "snn", "quant") for op in all_ops(domain)}
     return Capabilities(ops=ops, dynamic_shapes=True, max_rank=32,
                         tags=frozenset({"training", "fused", "blas"}))
 

@@ -688,3 +688,34 @@ def test_kernels_in_small_blocks(monkeypatch, nbytes):
         check("core.MaxPool", [x], storage_order=1, **attrs)
         check("core.AveragePool", [x], count_include_pad=1, **attrs)
         check("core.AveragePool", [x], **attrs)
+
+
+@pytest.mark.parametrize("rounding", ["half_up", "half_even"])
+def test_requantize_in_int64_is_the_reference_bit_for_bit(rounding):
+    from polyhal.adapters.cpu.kernels.quant import requantize
+
+    reference = get_op("Requantize", "quant").kernel
+    rng = np.random.default_rng(11)
+    for trial in range(120):
+        per_channel = trial % 2 == 0
+        size = 7 if per_channel else ()
+        x = rng.integers(-2**31, 2**31, (5, 7), dtype=np.int64).astype(np.int32)
+        if trial % 3 == 0:
+            x = rng.integers(-40, 40, (5, 7)).astype(np.int32)  # ties and small values
+        multiplier = rng.integers(0, 2**31, size).astype(np.int32)
+        if trial % 5 == 0:
+            multiplier = np.full(size, 2**31 - 1, np.int32)
+        shift = rng.integers(0, 64, size).astype(np.int32)
+        if trial % 7 == 0:
+            shift = np.full(size, 63 if trial % 2 else 1, np.int32)
+        bias = (rng.integers(-2**31, 2**31, size, dtype=np.int64).astype(np.int32)
+                if trial % 4 else None)
+        for relu, zero_point in ((0, 0), (1, -7), (0, 100), (1, 127)):
+            kwargs = {"zero_point": zero_point, "rounding": rounding, "relu": relu}
+            np.testing.assert_array_equal(requantize(x, multiplier, shift, bias, **kwargs),
+                                          reference(x, multiplier, shift, bias, **kwargs))
+    with pytest.raises(ValueError, match="multiplier holds -1 at \\[2\\]"):
+        requantize(x, np.array([1, 1, -1, 1, 1, 1, 1], np.int32), np.int32(3), None,
+                   zero_point=0, rounding=rounding, relu=0)
+    with pytest.raises(ValueError, match="shift holds 64"):
+        requantize(x, np.int32(1), np.int32(64), None, zero_point=0, rounding=rounding, relu=0)

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from polyhal.adapters.cpu.kernels import conv, linalg, norm, pool
+from polyhal.adapters.cpu.kernels import conv, linalg, norm, pool, quant
 
 Kernel = Callable[..., Any]
 
@@ -45,6 +45,7 @@ FAST_KERNELS: dict[str, Kernel] = {
     "core.LRN": norm.lrn,
     "core.MatMul": linalg.matmul,
     "core.Gemm": linalg.gemm,
+    "quant.Requantize": quant.requantize,
 }
 """Qualified op name -> fast kernel."""
 
