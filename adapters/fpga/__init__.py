@@ -2,9 +2,10 @@
 
 The device is the Verilog design in :mod:`polyhal.simulators.fpga` (an
 output-stationary int8 systolic array, a requantizer, on-chip buffers and a
-command/stream interface), simulated by Verilator or Icarus Verilog. One
-simulation runs per open device, started at the first call and kept for the
-device's life; each graph node becomes one batch of commands over the link.
+command/stream interface), simulated by Verilator or Icarus Verilog (or, through a
+:class:`~polyhal.adapters.fpga.driver.Link`, a board). One simulation runs per
+open device, started when it opens and kept for the device's life (restarted
+after a fault); each graph node becomes one batch of commands over the link.
 
 Claimed: ``core.MatMulInteger`` (int8 x int8; zero points applied by the host
 as correction terms), ``quant.Requantize`` (on the requantizer, fused into
