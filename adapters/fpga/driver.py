@@ -217,14 +217,14 @@ class Driver:
                                         requant.flags, 0, 0, 0))
 
     def _transact(self, commands: list[Command]) -> list[Reply]:
-        replies = self.link.transact([Command(Opcode.STATUS), *commands])
-        failed = [(c, r) for c, r in zip([Command(Opcode.STATUS), *commands], replies,
-                                         strict=False) if r.code != Status.OK]
-        if failed or len(replies) != len(commands) + 1:
+        batch = [Command(Opcode.STATUS), *commands]
+        replies = self.link.transact(batch)
+        failed = [(c, r) for c, r in zip(batch, replies, strict=False) if r.code != Status.OK]
+        if failed or len(replies) != len(batch):
             cmd, reply = failed[0] if failed else (None, None)
             what = (f"{Opcode(cmd.opcode).name} {list(cmd.args)} answered status "
                     f"{_status_name(reply.code)}" if cmd else
-                    f"{len(replies)} replies to {len(commands) + 1} commands")
+                    f"{len(replies)} replies to {len(batch)} commands")
             raise DeviceError(f"fpga: {what}")
         start, end = replies[0], replies[-1]
         c = self.counters

@@ -15,20 +15,16 @@ from collections.abc import Mapping
 import numpy as np
 
 from polyhal.adapters.fpga.driver import Driver, Requant
-
-MULTIPLIER_MAX = 2**31 - 1
-SHIFT_MAX = 63
+from polyhal.ops.requantize import out_of_range
 
 
 def requant_of(attrs: Mapping[str, object], multiplier: np.ndarray, shift: np.ndarray,
                bias: np.ndarray | None, columns: int) -> Requant:
     """The Requantize parameters, checked and broadcast to ``columns`` columns."""
-    for name, values, top in (("multiplier", multiplier, MULTIPLIER_MAX),
-                              ("shift", shift, SHIFT_MAX)):
-        values = np.asarray(values)
-        if values.size and (values.min() < 0 or values.max() > top):
-            raise ValueError(f"input {name} has values outside [0, {top}] "
-                             f"(from {values.min()} to {values.max()})")
+    for name, values in (("multiplier", multiplier), ("shift", shift)):
+        problem = out_of_range(name, np.asarray(values))
+        if problem:
+            raise ValueError(problem)
 
     def per_column(values: np.ndarray) -> np.ndarray:
         return np.broadcast_to(np.asarray(values, np.int64).reshape(-1), (columns,)

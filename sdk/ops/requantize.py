@@ -86,7 +86,7 @@ def _check_param(ctx: InferContext, index: int, x: TensorType) -> None:
                             f"{channels} channels along its last axis")
     known = ctx.const(index)
     if known is not None and name in _RANGES:
-        problem = _out_of_range(name, known)
+        problem = out_of_range(name, known)
         if problem:
             raise ctx.error(problem)
 
@@ -103,7 +103,7 @@ def _infer(ctx: InferContext) -> TensorType:
 # --------------------------------------------------------------------------- kernel
 
 
-def _out_of_range(name: str, values: np.ndarray) -> str:
+def out_of_range(name: str, values: np.ndarray) -> str:
     """A message naming the first entry of ``values`` outside ``name``'s range, or ""."""
     low, high = _RANGES[name]
     bad = (values < low) | (values > high)
@@ -114,29 +114,34 @@ def _out_of_range(name: str, values: np.ndarray) -> str:
             f"[{low}, {high}]")
 
 
-def _per_channel(param: np.ndarray, x: np.ndarray, name: str) -> np.ndarray:
-    """``param`` as Python ints (an object array), checked to broadcast against ``x``."""
-    if param.ndim > 1 or (param.ndim == 1 and (x.ndim == 0 or param.shape[0] != x.shape[-1])):
-        raise ValueError(f"input {name} of shape {list(param.shape)} is neither a scalar nor "
-                         f"1-D of length x.shape[-1] for x of shape {list(x.shape)}")
-    return param.astype(object)
+def check_inputs(x: np.ndarray, multiplier: np.ndarray, shift: np.ndarray,
+                 bias: np.ndarray | None, rounding: str) -> None:
+    """Raise ValueError naming what a run of the op rejects: a multiplier or shift out
+    of range, an unknown rounding, a parameter that is neither a scalar nor 1-D along
+    ``x``'s last axis. (Every kernel of the op checks its inputs with this.)"""
+    for name, values in (("multiplier", multiplier), ("shift", shift)):
+        problem = out_of_range(name, values)
+        if problem:
+            raise ValueError(problem)
+    if rounding not in ROUNDINGS:
+        raise ValueError(f"rounding={rounding!r} must be one of {', '.join(ROUNDINGS)}")
+    for name, param in zip(PARAMS, (multiplier, shift, bias), strict=True):
+        if param is not None and (param.ndim > 1 or (param.ndim == 1 and (
+                x.ndim == 0 or param.shape[0] != x.shape[-1]))):
+            raise ValueError(f"input {name} of shape {list(param.shape)} is neither a scalar "
+                             f"nor 1-D of length x.shape[-1] for x of shape {list(x.shape)}")
 
 
 def _requantize(x: np.ndarray, multiplier: np.ndarray, shift: np.ndarray,
                 bias: np.ndarray | None = None, *, zero_point: int, rounding: str,
                 relu: int) -> np.ndarray:
-    for name, values in (("multiplier", multiplier), ("shift", shift)):
-        problem = _out_of_range(name, values)
-        if problem:
-            raise ValueError(problem)
-    if rounding not in ROUNDINGS:
-        raise ValueError(f"rounding={rounding!r} must be one of {', '.join(ROUNDINGS)}")
+    check_inputs(x, multiplier, shift, bias, rounding)
     # Python integers (object arrays) never wrap; at least 1-D, so that every step
     # stays an array.
     wide = np.atleast_1d(x).astype(object)
-    s = wide + (0 if bias is None else _per_channel(bias, x, "bias"))
-    p = s * _per_channel(multiplier, x, "multiplier")
-    n = np.broadcast_to(_per_channel(shift, x, "shift"), p.shape)
+    s = wide + (0 if bias is None else bias.astype(object))
+    p = s * multiplier.astype(object)
+    n = np.broadcast_to(shift.astype(object), p.shape)
     f = p >> n                     # floor(p / 2^shift): Python's >> rounds toward -inf
     r = p - (f << n)               # 0 <= r < 2^shift
     # r against h = 2^(shift-1) is 2r against 2^shift: no case for shift = 0 (r = 0 < 1).

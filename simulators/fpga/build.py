@@ -67,7 +67,9 @@ _RANGES = {"ROWS": (1, 32), "COLS": (1, 32), "WORD_BYTES": (32, 512), "LANES": (
 #: Ranges that differ for one top level (a RAM of the device has up to W lanes).
 _TOP_RANGES = {"polyhal_ram": {"LANES": (1, 512)}}
 #: Top levels generating their own clock (``always #5``): Verilator needs --timing.
-_SELF_CLOCKED = {"polyhal_fpga_sim"}
+DEVICE = "polyhal_fpga_sim"
+"""The top level a device runs: the device inside its simulation wrapper."""
+_SELF_CLOCKED = {DEVICE}
 
 
 def _verilator_root() -> Path | None:
@@ -160,7 +162,7 @@ def choose_simulator(requested: str | None = None) -> str:
 
 
 def check_parameters(params: Mapping[str, object] | None,
-                     toplevel: str = "polyhal_fpga_sim") -> dict[str, int]:
+                     toplevel: str = DEVICE) -> dict[str, int]:
     """Validate HDL parameters for ``toplevel``; return them complete (defaults filled).
 
     Raises UnsupportedError naming the offending parameter: unknown names,

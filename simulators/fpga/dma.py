@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 from cocotb.triggers import FallingEdge, RisingEdge
 
+from polyhal.simulators.fpga import stream
+
 _DEPOSIT = 0  # cocotb's _GPISetAction.DEPOSIT
 
 
@@ -36,6 +38,13 @@ class Dma:
         self.commands = int(dut.DMA_COMMANDS.value)
         self._memory: dict[str, list[Any]] = {}
         self._start = 0
+
+    async def reset(self) -> None:
+        """Reset the device with the engine idle (:func:`~polyhal.simulators.fpga.stream.
+        reset`); returns at a falling edge."""
+        self.dut.dma_start.value = self._start = 0
+        self.dut.dma_commands.value = 0
+        await stream.reset(self.dut)
 
     def _handle(self, memory: str, index: int) -> Any:
         handles = self._memory.setdefault(memory, [])

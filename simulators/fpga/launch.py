@@ -14,10 +14,9 @@ import os
 import sys
 from pathlib import Path
 
-from polyhal.simulators.fpga.build import SIMULATORS, simulator_env
+from polyhal.simulators.fpga.build import DEVICE, SIMULATORS, simulator_env
 
 SERVER_MODULE = "polyhal.simulators.fpga.server"
-TOPLEVEL = "polyhal_fpga_sim"
 
 
 def main(argv: list[str]) -> int:
@@ -32,7 +31,7 @@ def main(argv: list[str]) -> int:
     os.environ.update(simulator_env(simulator))
     os.environ.pop("PYTEST_CURRENT_TEST", None)
     runner = get_runner(simulator)
-    runner.test(test_module=SERVER_MODULE, hdl_toplevel=TOPLEVEL, hdl_toplevel_lang="verilog",
+    runner.test(test_module=SERVER_MODULE, hdl_toplevel=DEVICE, hdl_toplevel_lang="verilog",
                 build_dir=build_dir, test_dir=folder, results_xml=str(folder / "results.xml"))
     return 0
 

@@ -29,10 +29,7 @@ from pathlib import Path
 
 from polyhal.errors import DeviceError
 from polyhal.simulators.fpga import wire
-from polyhal.simulators.fpga.build import build, check_parameters, choose_simulator
-from polyhal.simulators.fpga.server import SOCKET_ENV, WORD_BYTES_ENV
-
-TOPLEVEL = "polyhal_fpga_sim"
+from polyhal.simulators.fpga.build import DEVICE, build, check_parameters, choose_simulator
 
 
 class SimulationLink:
@@ -41,7 +38,7 @@ class SimulationLink:
     def __init__(self, parameters: Mapping[str, int] | None = None,
                  simulator: str | None = None, *, timeout_s: float = 600.0,
                  start_timeout_s: float = 600.0) -> None:
-        self.parameters = check_parameters(parameters, TOPLEVEL)
+        self.parameters = check_parameters(parameters, DEVICE)
         self.simulator = choose_simulator(simulator)
         self.timeout_s = timeout_s
         self.start_timeout_s = start_timeout_s
@@ -89,12 +86,6 @@ class SimulationLink:
             return self._exchange(wire.encode_request(wire.BATCH, commands),
                                   f"{len(commands)} command(s)")
 
-    def reset(self) -> None:
-        """Reset the device (its memories keep their contents; counters restart)."""
-        with self._lock:
-            if self.running:
-                self._exchange(wire.encode_request(wire.RESET), "reset")
-
     def close(self) -> None:
         """End the simulation (politely if it still answers)."""
         with self._lock:
@@ -134,13 +125,13 @@ class SimulationLink:
                            + (f"; its last output:\n{log}" if log else ""))
 
     def _start(self) -> None:
-        build_dir = build(TOPLEVEL, self.parameters, self.simulator)
+        build_dir = build(DEVICE, self.parameters, self.simulator)
         self._folder = Path(tempfile.mkdtemp(prefix="polyhal-fpga-"))
         address = str(self._folder / "link.sock")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(address)
         listener.listen(1)
-        env = {**os.environ, SOCKET_ENV: address, WORD_BYTES_ENV: str(self.word_bytes)}
+        env = {**os.environ, wire.SOCKET_ENV: address}
         command = [sys.executable, "-m", "polyhal.simulators.fpga.launch", self.simulator,
                    str(build_dir), str(self._folder)]
         with open(self._folder / "simulation.log", "wb") as log:

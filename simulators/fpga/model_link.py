@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from polyhal.simulators.fpga.build import check_parameters
+from polyhal.simulators.fpga.build import DEVICE, check_parameters
 from polyhal.simulators.fpga.golden import DeviceModel, bytes_to_words, words_to_bytes
 from polyhal.simulators.fpga.wire import Command, Reply
 
@@ -23,7 +23,7 @@ class ModelLink:
     """The device's golden model behind the host driver's link interface."""
 
     def __init__(self, parameters: Mapping[str, int] | None = None) -> None:
-        self.parameters = check_parameters(parameters, "polyhal_fpga_sim")
+        self.parameters = check_parameters(parameters, DEVICE)
         self.generation = 0
         """Incremented at every start: device memory is blank in a new generation."""
         self._model: DeviceModel | None = None

@@ -14,29 +14,12 @@ import os
 import socket
 
 import cocotb
-from cocotb.triggers import FallingEdge
 
 from polyhal.simulators.fpga import wire
 from polyhal.simulators.fpga.dma import Dma
 from polyhal.simulators.fpga.golden import fields_to_word
 from polyhal.simulators.fpga.protocol import Opcode
-from polyhal.simulators.fpga.stream import read_in_range
-
-SOCKET_ENV = "POLYHAL_FPGA_SOCKET"
-WORD_BYTES_ENV = "POLYHAL_FPGA_WORD_BYTES"
-
-
-async def _reset(dut) -> None:
-    await FallingEdge(dut.clk)
-    dut.in_valid.value = 0
-    dut.out_ready.value = 0
-    dut.dma_start.value = 0
-    dut.dma_commands.value = 0
-    dut.rst.value = 1
-    for _ in range(4):
-        await FallingEdge(dut.clk)
-    dut.rst.value = 0
-    await FallingEdge(dut.clk)
+from polyhal.simulators.fpga.stream import read_in_range, word_bytes
 
 
 def _bytes_in(cmd: wire.Command, word_bytes: int) -> bytes:
@@ -54,26 +37,26 @@ def _answer_words(dut, cmd: wire.Command) -> int:
     return 1 + (count if read_in_range(dut, buffer, address, count) else 0)
 
 
-async def _run(dut, dma: Dma, commands: list[wire.Command], word_bytes: int
+async def _run(dut, dma: Dma, commands: list[wire.Command], width: int
                ) -> list[wire.Reply]:
-    batch = [(_bytes_in(cmd, word_bytes), _answer_words(dut, cmd)) for cmd in commands]
+    batch = [(_bytes_in(cmd, width), _answer_words(dut, cmd)) for cmd in commands]
     replies = []
     for data in await dma.run(batch):
-        status = data[-word_bytes:]
+        status = data[-width:]
         fields = tuple(int.from_bytes(status[4 * i:4 * i + 4], "little")
                        for i in range(wire.STATUS_FIELDS))
-        replies.append(wire.Reply(fields, data[:-word_bytes]))
+        replies.append(wire.Reply(fields, data[:-width]))
     return replies
 
 
 @cocotb.test()
 async def serve(dut) -> None:
     """Serve the host until it quits or disconnects."""
-    word_bytes = int(os.environ[WORD_BYTES_ENV])
+    width = word_bytes(dut)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.connect(os.environ[SOCKET_ENV])
-    await _reset(dut)
-    dma = Dma(dut)  # after the reset: dma_start is 0
+    sock.connect(os.environ[wire.SOCKET_ENV])
+    dma = Dma(dut)
+    await dma.reset()
     try:
         while True:
             try:
@@ -83,12 +66,6 @@ async def serve(dut) -> None:
             if kind == wire.QUIT:
                 wire.send_frame(sock, wire.encode_reply([]))
                 return
-            if kind == wire.RESET:
-                await _reset(dut)
-                dma = Dma(dut)
-                replies = []
-            else:
-                replies = await _run(dut, dma, commands, word_bytes)
-            wire.send_frame(sock, wire.encode_reply(replies))
+            wire.send_frame(sock, wire.encode_reply(await _run(dut, dma, commands, width)))
     finally:
         sock.close()

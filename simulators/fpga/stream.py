@@ -17,14 +17,15 @@ from typing import Any, NamedTuple
 from cocotb.triggers import FallingEdge, RisingEdge
 
 from polyhal.simulators.fpga.golden import fields_to_word, word_to_fields
+from polyhal.simulators.fpga.protocol import BufferId, Opcode
+from polyhal.simulators.fpga.protocol import Status as Code
+from polyhal.simulators.fpga.wire import STATUS_FIELDS
 
-OP_WRITE, OP_READ, OP_GEMM, OP_REQUANT, OP_STATUS = 1, 2, 3, 4, 5
-BUF_A, BUF_B, BUF_C, BUF_P, BUF_Q = 0, 1, 2, 3, 4
-STATUS_OK, STATUS_UNKNOWN_OPCODE, STATUS_OUT_OF_RANGE, STATUS_BAD_ARGUMENTS = 0, 1, 2, 3
-
-
-STATUS_FIELDS = 8
-"""Fields of a status word that :func:`command` returns (fields 0..7)."""
+# The protocol's numbers under the short names the benches use.
+OP_WRITE, OP_READ, OP_GEMM, OP_REQUANT, OP_STATUS = (int(op) for op in Opcode)
+BUF_A, BUF_B, BUF_C, BUF_P, BUF_Q = (int(buf) for buf in BufferId)
+STATUS_OK, STATUS_UNKNOWN_OPCODE, STATUS_OUT_OF_RANGE, STATUS_BAD_ARGUMENTS = (
+    int(code) for code in Code)
 
 
 class Status(NamedTuple):

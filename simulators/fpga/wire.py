@@ -18,8 +18,11 @@ ARGS = 7
 STATUS_FIELDS = 8
 """Status-word fields returned per command (fields 0..7)."""
 
-BATCH, RESET, QUIT = 1, 2, 3
+BATCH, QUIT = 1, 3
 """Request kinds."""
+
+SOCKET_ENV = "POLYHAL_FPGA_SOCKET"
+"""The environment variable that gives the simulation the host's socket address."""
 
 _MAX_FRAME = 1 << 31
 

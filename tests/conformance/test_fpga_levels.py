@@ -5,15 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from polyhal import hal
 from polyhal.adapters.fpga import CAPABILITIES, FpgaAdapter, FpgaDevice, FpgaExecutable
 from polyhal.conformance import run_suite
 from polyhal.hal import CompileOptions, Executable
 from polyhal.ir import Graph
-
-pytest.importorskip("cocotb")
 
 
 class HalfUpOnlyExecutable(FpgaExecutable):
