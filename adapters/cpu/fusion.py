@@ -1,10 +1,9 @@
 """Elementwise fusion: chains of float elementwise nodes become one numba ufunc.
 
-A fusion group is a tree of elementwise nodes in one float dtype, joined by
-values that have exactly one consumer (so no intermediate is needed
-elsewhere). Each group is compiled once per expression and dtype into a
-``numba.vectorize`` ufunc — which broadcasts its inputs like numpy — from a
-generated module cached on disk, so later processes load it without
+The fusion groups are :mod:`polyhal.passes.elementwise`'s (float32 and
+float64, two or more nodes, or one Erf/Gelu). Each group is compiled once per
+expression and dtype into a ``numba.vectorize`` ufunc — which broadcasts its
+inputs like numpy — from a generated module cached on disk, so later processes load it without
 compiling. Scalar constants are inlined as literals of the group's dtype (a
 float32 group computes in float32); other inputs become ufunc arguments.
 float32 Erf and Gelu use a vectorizable rational erf (max abs error 3.4e-7).
@@ -17,33 +16,20 @@ import importlib.util
 import os
 import sys
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from polyhal.ir.graph import Graph, Node
-from polyhal.ir.verify import resolve_attrs
-from polyhal.ops.registry import get_op
+from polyhal.ir.graph import Graph
+from polyhal.passes import elementwise
+from polyhal.passes.elementwise import FusionGroup
 
 FUSABLE_DTYPES = ("float32", "float64")
 ALONE = frozenset({"Erf", "Gelu"})
 """Ops compiled even when nothing fuses with them: numpy has no ufunc for them, and
 the reference's per-element ``math.erf`` is slow."""
-
-_ONE = {
-    "Neg": "-{0}", "Abs": "abs({0})", "Exp": "math.exp({0})", "Log": "_log({0})",
-    "Sqrt": "_sqrt({0})", "Tanh": "math.tanh({0})",
-    "Sigmoid": "K(1.0) / (K(1.0) + math.exp(-{0}))", "Relu": "_relu({0}, K(0.0))",
-    "Reciprocal": "K(1.0) / {0}", "Sin": "math.sin({0})", "Cos": "math.cos({0})",
-    "Floor": "np.floor({0})", "Ceil": "np.ceil({0})",
-    "Softplus": "(_relu({0}, K(0.0)) + math.log1p(math.exp(-abs({0}))))", "Identity": "{0}",
-}
-_TWO = {"Add": "({0} + {1})", "Sub": "({0} - {1})", "Mul": "({0} * {1})",
-        "Div": "({0} / {1})", "Pow": "_pow({0}, {1})", "Max": "_max({0}, {1})",
-        "Min": "_min({0}, {1})"}
 
 _PRELUDE = '''\
 import math
@@ -82,6 +68,16 @@ def _sqrt(x):
 
 
 @numba.njit(inline="always")
+def _floor(x):
+    return np.floor(x)
+
+
+@numba.njit(inline="always")
+def _ceil(x):
+    return np.ceil(x)
+
+
+@numba.njit(inline="always")
 def _pow(a, b):
     return float(a) ** float(b)
 
@@ -110,103 +106,19 @@ def _erf32(x):
 '''
 
 
-def fusable(node: Node, graph: Graph) -> bool:
-    """True when ``node`` can join a fusion group."""
-    if node.domain != "core" or len(node.outputs) != 1:
-        return False
-    if node.op not in _ONE and node.op not in _TWO and node.op not in (
-            "Erf", "LeakyRelu", "Elu", "Gelu"):
-        return False
-    if node.op in ("Max", "Min") and len(node.inputs) != 2:
-        return False
-    dtype = node.outputs[0].type.dtype.value
-    return dtype in FUSABLE_DTYPES and all(
-        graph.value_type(i).dtype.value == dtype for i in node.inputs if i)
-
-
-def _expression(node: Node, args: Sequence[str]) -> str:
-    op = get_op(node.op, node.domain)
-    attrs = resolve_attrs(op, node.attrs, node.name)
-    erf = "_erf32" if node.outputs[0].type.dtype.value == "float32" else "math.erf"
-    if node.op == "Erf":
-        return f"{erf}({args[0]})"
-    if node.op in _ONE:
-        return _ONE[node.op].format(*args)
-    if node.op in _TWO:
-        return _TWO[node.op].format(*args)
-    x = args[0]
-    if node.op == "LeakyRelu":
-        return f"({x} if {x} >= 0 or {x} != {x} else K({attrs['alpha']!r}) * {x})"
-    if node.op == "Elu":
-        return (f"({x} if {x} >= 0 or {x} != {x} else K({attrs['alpha']!r}) "
-                f"* math.expm1({x}))")
-    if attrs["approximate"] == "tanh":
-        return (f"(K(0.5) * {x} * (K(1.0) + math.tanh(K(0.7978845608028654) * ({x} "
-                f"+ K(0.044715) * {x} * {x} * {x}))))")
-    return f"(K(0.5) * {x} * (K(1.0) + {erf}({x} * K(0.7071067811865476))))"
-
-
-@dataclass
-class FusionGroup:
-    """Nodes fused into one ufunc: ``inputs`` are the values it reads."""
-
-    nodes: list[Node]
-    output: str
-    inputs: list[str] = field(default_factory=list)
-    source: str = ""
-
-
 def find_groups(graph: Graph) -> list[FusionGroup]:
-    """Fusion groups of two or more nodes (or one node of :data:`ALONE`), in topological
-    order of their outputs."""
-    outputs = {v.name for v in graph.outputs}
-    members: dict[str, str] = {}  # node name -> root node name
-    for node in graph.nodes:
-        if not fusable(node, graph):
-            continue
-        members[node.name] = node.name
-    # A node joins its consumer's group when its output has one consumer, also fusable.
-    groups: dict[str, list[Node]] = {}
-    for node in reversed(graph.nodes):
-        if node.name not in members:
-            continue
-        out = node.outputs[0].name
-        users = graph.consumers.get(out, ())
-        if (out not in outputs and len(users) == 1 and users[0].name in members
-                and users[0].outputs[0].type.dtype == node.outputs[0].type.dtype
-                and users[0].inputs.count(out) == 1):
-            members[node.name] = members[users[0].name]
-        groups.setdefault(members[node.name], []).insert(0, node)
-    result = []
-    for root, nodes in groups.items():
-        if len(nodes) < 2 and nodes[0].op not in ALONE:
-            continue
-        root_node = next(n for n in nodes if n.name == root)
-        result.append(_codegen(graph, FusionGroup(nodes, root_node.outputs[0].name)))
-    return result
+    """The CPU's fusion groups (two or more nodes, or one of :data:`ALONE`), with
+    their generated ufunc source."""
+    return [_codegen(graph, group)
+            for group in elementwise.find_groups(graph, FUSABLE_DTYPES, 2, ALONE)]
 
 
 def _codegen(graph: Graph, group: FusionGroup) -> FusionGroup:
-    inside = {n.outputs[0].name for n in group.nodes}
-    names: dict[str, str] = {}
-    lines = []
-    for index, node in enumerate(group.nodes):
-        args = []
-        for value in node.inputs:
-            if value in inside:
-                args.append(names[value])
-            elif value in graph.constants and graph.constants[value].size == 1:
-                args.append(f"K({float(graph.constants[value].reshape(-1)[0])!r})")
-            else:
-                if value not in group.inputs:
-                    group.inputs.append(value)
-                args.append(f"a{group.inputs.index(value)}")
-        names[node.outputs[0].name] = f"t{index}"
-        lines.append(f"    t{index} = {_expression(node, args)}")
+    lines = elementwise.group_body(graph, group)
     dtype = graph.value_type(group.output).dtype.value
     signature = f"{dtype}({', '.join([dtype] * len(group.inputs))})"
     params = ", ".join(f"a{i}" for i in range(len(group.inputs)))
-    body = "\n".join(lines)
+    body = "\n".join(f"    {line}" for line in lines)
     # K types every literal: a float32 group computes in float32, as numpy does, and
     # stays free of float64 conversions that would halve its vector width.
     group.source = (f"K = numba.{dtype}\n\n\n"
