@@ -33,7 +33,7 @@ from polyhal.hal import (
 from polyhal.hal.host import HostMemoryDevice, check_single_device
 from polyhal.ir import Graph, TensorType
 from polyhal.ops import all_ops
-from polyhal.passes import FUSION_RULES, apply_rules, simplify, specialize
+from polyhal.passes import FUSION_RULES, apply_rules, simplify, specialize_to
 
 
 @cache
@@ -69,12 +69,7 @@ class CpuExecutable(Executable):
             with self._lock:
                 plan = self._plans.get(shapes)
                 if plan is None:
-                    bindings: dict[str, int] = {}
-                    for value, shape in zip(self.graph.inputs, shapes, strict=True):
-                        for dim, size in zip(value.type.shape, shape, strict=True):
-                            if isinstance(dim, str):
-                                bindings.setdefault(dim, size)
-                    concrete = optimize(specialize(self.graph, bindings))
+                    concrete = optimize(specialize_to(self.graph, shapes))
                     plan = PlanBuilder(concrete).build()
                     self._plans[shapes] = plan
         return plan

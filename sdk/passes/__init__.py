@@ -12,9 +12,10 @@ from polyhal.passes.fusion import FUSION_RULES
 from polyhal.passes.quantize import quantize
 from polyhal.passes.rebuild import rebuild, replay
 from polyhal.passes.rewrite import Computed, Match, P, R, Rule, V, apply_rules, find_match
-from polyhal.passes.specialize import specialize
+from polyhal.passes.specialize import specialize, specialize_to
 
 __all__ = ["FLOAT32_OPS", "FUSION_RULES", "LOW_PRECISION_OPS", "Computed", "Match", "P", "R",
            "Rule", "V", "apply_rules", "autocast", "decompose", "decompose_node",
            "eliminate_common_subexpressions", "eliminate_dead_code", "find_match",
-           "fold_constants", "quantize", "rebuild", "replay", "simplify", "specialize"]
+           "fold_constants", "quantize", "rebuild", "replay", "simplify", "specialize",
+           "specialize_to"]

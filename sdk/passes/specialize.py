@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from polyhal.ir import dims as D
 from polyhal.ir.graph import Graph
@@ -24,3 +24,14 @@ def specialize(graph: Graph, bindings: Mapping[str, int]) -> Graph:
     """
     return rebuild(graph, lambda builder, node, args: None,
                    {v.name: _bind(v.type, bindings) for v in graph.inputs})
+
+
+def specialize_to(graph: Graph, shapes: Sequence[tuple[int, ...]]) -> Graph:
+    """:func:`specialize` with the symbolic dimensions bound by concrete input ``shapes``
+    (in graph-input order; the first occurrence of a name binds it)."""
+    bindings: dict[str, int] = {}
+    for value, shape in zip(graph.inputs, shapes, strict=True):
+        for dim, size in zip(value.type.shape, shape, strict=True):
+            if isinstance(dim, str):
+                bindings.setdefault(dim, size)
+    return specialize(graph, bindings)

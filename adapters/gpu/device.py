@@ -1,0 +1,128 @@
+"""The GPU device: device-array buffers on one stream, executables specialized per shape.
+
+numba is imported when a device opens, not when this module is (the adapter
+registry imports it, and ``gpu-sim``'s parent process must stay free to
+choose no simulator).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from polyhal.errors import AdapterContractError, UnsupportedError
+from polyhal.hal import Buffer, Capabilities, CompileOptions, Device, Executable, Profile
+from polyhal.ir import Graph, TensorType
+from polyhal.passes import FUSION_RULES, apply_rules, simplify, specialize_to
+from polyhal.runtime.placement import node_reason
+
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+"""The ``compile(..., precision=)`` modes (see :mod:`.storage`)."""
+
+
+def optimize(graph: Graph) -> Graph:
+    """The GPU pipeline's graph passes (those of ``cpu``)."""
+    return apply_rules(simplify(graph), FUSION_RULES)
+
+
+class GpuExecutable(Executable):
+    """A graph whose plans are built per concrete input shapes, on first use."""
+
+    def __init__(self, device: GpuDevice, graph: Graph, precision: str) -> None:
+        self.device = device
+        self.graph = graph
+        self.precision = precision
+        self._plans: dict[tuple[tuple[int, ...], ...], Any] = {}
+        self._profile: Profile | None = None
+
+    def plan_for(self, shapes: tuple[tuple[int, ...], ...]) -> Any:
+        """The :class:`~.plan.Plan` of one shape binding (built and cached on first use)."""
+        from polyhal.adapters.gpu.plan import Plan
+
+        plan = self._plans.get(shapes)
+        if plan is None:
+            plan = Plan(optimize(specialize_to(self.graph, shapes)), self.precision,
+                        self.device.stream)
+            self._plans[shapes] = plan
+        return plan
+
+    def run(self, inputs: Sequence[Buffer]) -> list[Buffer]:
+        from polyhal.adapters.gpu.storage import storage_for
+
+        with self.device.lock:
+            start = time.perf_counter()
+            shapes = tuple(b.type.shape for b in inputs)
+            fresh = shapes not in self._plans
+            plan = self.plan_for(shapes)  # type: ignore[arg-type]
+            built = time.perf_counter()
+            launches = plan.launches
+            entry = [storage_for(b.type.dtype) for b in inputs]
+            arrays = plan.execute([b.handle for b in inputs], entry)
+            self.device.stream.synchronize()
+            done = time.perf_counter()
+        self._profile = Profile(
+            stages={"compile": built - start if fresh else 0.0, "run": done - built},
+            counters={"kernels": float(plan.launches - launches), "plans": float(len(
+                self._plans))})
+        return [Buffer(self.device, TensorType(v.type.dtype, tuple(int(d) for d in
+                                                                      v.type.shape)), a)
+                for v, a in zip(plan.graph.outputs, arrays, strict=True)]
+
+    def profile(self) -> Profile | None:
+        return self._profile
+
+
+class GpuDevice(Device):
+    """One CUDA device (or the simulator): buffers are flat device arrays."""
+
+    def __init__(self, capabilities: Capabilities, description: str) -> None:
+        from numba import cuda
+
+        self._capabilities = capabilities
+        self.description = description
+        self.stream = cuda.stream()
+        self.lock = threading.RLock()
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._capabilities
+
+    def upload(self, array: np.ndarray) -> Buffer:
+        from numba import cuda
+
+        from polyhal.adapters.gpu.storage import storage_for, to_device_layout
+
+        ttype = TensorType.of(array)
+        host = to_device_layout(array, storage_for(ttype.dtype))
+        with self.lock:
+            handle = cuda.to_device(host, stream=self.stream)
+            self.stream.synchronize()
+        return Buffer(self, ttype, handle)
+
+    def download(self, buffer: Buffer) -> np.ndarray:
+        if buffer.device is not self:
+            raise AdapterContractError(f"{self.adapter.name}: buffer from another device")
+        from polyhal.adapters.gpu.storage import from_device_layout
+
+        with self.lock:
+            flat = buffer.handle.copy_to_host(stream=self.stream)
+            self.stream.synchronize()
+        return from_device_layout(flat, buffer.type.dtype, tuple(buffer.type.shape))
+
+    def compile(self, graph: Graph, options: CompileOptions) -> Executable:
+        if options.precision not in PRECISIONS:
+            raise UnsupportedError(f"{self.adapter.name}: precision {options.precision!r} is "
+                                   f"not one of {', '.join(PRECISIONS)}")
+        missing = [f"{n.name} ({node_reason(self._capabilities, graph, n)})"
+                   for n in graph.nodes if node_reason(self._capabilities, graph, n)]
+        if missing:
+            raise UnsupportedError(f"{self.adapter.name} cannot run: {', '.join(missing)}")
+        return GpuExecutable(self, graph, options.precision)
+
+    def info(self) -> dict[str, Any]:
+        """What this device is."""
+        return {"device": self.description}

@@ -1,0 +1,110 @@
+"""Row kernels: one thread per output row of a reduction, Softmax or LayerNormalization.
+
+A row is ``width`` elements read through an index map (``map[row * width + j]``)
+or, when the row is contiguous, at ``row * width + j`` directly. Sums
+accumulate in the compute type (float32 for 16-bit storage); Max and Min
+propagate NaN, as the reference does.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import numba
+from numba import cuda
+
+from polyhal.adapters.gpu.storage import Storage
+from polyhal.adapters.gpu.target import gmath
+
+REDUCTIONS = ("sum", "mean", "max", "min", "prod")
+
+
+@cache
+def reduce_kernel(src: Storage, dst: Storage, kind: str, mapped: bool) -> Any:
+    """``reduce(x, xmap, out, rows, width)``: ``out[r]`` = the ``kind`` of row ``r``."""
+    compute, load, store = dst.compute, src.load, dst.store
+    init = {"sum": 0.0, "mean": 0.0, "max": -gmath.inf, "min": gmath.inf, "prod": 1.0}[kind]
+    code = REDUCTIONS.index(kind)
+
+    @cuda.jit
+    def reduce(x, xmap, out, rows, width):
+        for r in range(cuda.grid(1), rows, cuda.gridsize(1)):
+            acc = compute(init)
+            for j in range(width):
+                at = xmap[r * width + j] if mapped else r * width + j
+                v = compute(load(x[at]))
+                if code <= 1:
+                    acc += v
+                elif code == 4:
+                    acc *= v
+                elif acc == acc and (v != v or (v > acc if code == 2 else v < acc)):
+                    acc = v
+            if code == 1:
+                acc = acc / compute(width)
+            out[r] = store(acc)
+
+    return reduce
+
+
+@cache
+def softmax_kernel(storage: Storage, log: bool, mapped: bool) -> Any:
+    """``softmax(x, xmap, out, rows, width)``: Softmax (or LogSoftmax) of each row,
+    written where it was read."""
+    compute, load, store = storage.compute, storage.load, storage.store
+
+    @cuda.jit
+    def softmax(x, xmap, out, rows, width):
+        for r in range(cuda.grid(1), rows, cuda.gridsize(1)):
+            top = compute(-gmath.inf)
+            for j in range(width):
+                v = compute(load(x[xmap[r * width + j] if mapped else r * width + j]))
+                if top == top and (v != v or v > top):
+                    top = v
+            total = compute(0)
+            for j in range(width):
+                total += gmath.exp(compute(load(x[xmap[r * width + j] if mapped
+                                                  else r * width + j])) - top)
+            for j in range(width):
+                at = xmap[r * width + j] if mapped else r * width + j
+                shifted = compute(load(x[at])) - top
+                if log:
+                    out[at] = store(compute(shifted - gmath.log(total)))
+                else:
+                    out[at] = store(compute(gmath.exp(shifted) / total))
+
+    return softmax
+
+
+@cache
+def layer_norm_kernel(storage: Storage, stats: Storage, scale_mapped: bool, bias: bool,
+                      bias_mapped: bool) -> Any:
+    """``layer_norm(x, scale, smap, b, bmap, out, mean, inv_std, rows, width, eps)``:
+    each contiguous row's statistics in float32 (``stash_type`` 1, for every dtype),
+    then ``(x - mean) * inv_std * scale + b`` in the compute type, stored once;
+    ``mean`` and ``inv_std`` (float32 values, in ``stats``) get the row's statistics."""
+    load, store, compute = storage.load, storage.store, storage.compute
+    store_stat = stats.store
+
+    @cuda.jit
+    def layer_norm(x, scale, smap, b, bmap, out, mean, inv_std, rows, width, eps):
+        for r in range(cuda.grid(1), rows, cuda.gridsize(1)):
+            total = numba.float32(0)
+            for j in range(width):
+                total += numba.float32(load(x[r * width + j]))
+            mu = total / numba.float32(width)
+            sq = numba.float32(0)
+            for j in range(width):
+                d = numba.float32(load(x[r * width + j])) - mu
+                sq += d * d
+            inv = numba.float32(1) / gmath.sqrt(sq / numba.float32(width) + eps)
+            for j in range(width):
+                y = compute(numba.float32(load(x[r * width + j])) - mu) * compute(inv)
+                y = y * compute(load(scale[smap[j] if scale_mapped else j]))
+                if bias:
+                    y += compute(load(b[bmap[j] if bias_mapped else j]))
+                out[r * width + j] = store(y)
+            mean[r] = store_stat(mu)
+            inv_std[r] = store_stat(inv)
+
+    return layer_norm

@@ -1,0 +1,105 @@
+"""The compile target of the kernels: a real CUDA device, or numba's CUDA simulator.
+
+Importing this module imports numba.cuda, whose mode (simulator or not) is
+fixed by then (see :mod:`polyhal.simulators.gpu`). Everything that differs
+between the two modes lives here, so that every kernel has one source:
+
+- :data:`SIMULATED` and the launch shapes (:func:`grid_1d`, :data:`GEMM_TILE`):
+  the simulator runs each CUDA thread as a Python thread, so it gets few,
+  small blocks; kernels are written with grid-stride loops and tile sizes as
+  closure constants, so that any shape is correct in both modes;
+- the bit casts between float32 and uint32 (libdevice on a GPU, numpy views
+  in the simulator, whose libdevice functions are stubs), from which the
+  bfloat16 conversions and TF32 rounding are built;
+- ``gmath``: the ``math`` functions kernels call (the real module on a GPU;
+  numpy ufuncs in the simulator, where Python's ``math`` raises on
+  overflow, ``inf`` or a negative ``sqrt`` instead of following IEEE).
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+from typing import Any
+
+import numba
+import numpy as np
+from numba import cuda
+
+_config: Any = getattr(cuda, "config", None) or numba.config
+SIMULATED: bool = bool(_config.ENABLE_CUDASIM)
+"""True when numba runs kernels on its CUDA simulator."""
+
+THREADS = 32 if SIMULATED else 256
+"""Threads per block of the 1-D kernels."""
+MAX_BLOCKS = 2 if SIMULATED else 4096
+"""Blocks of a 1-D grid at most (grid-stride loops cover the rest)."""
+
+GEMM_TILE = (8, 8, 4, 2, 2) if SIMULATED else (64, 64, 16, 4, 4)
+"""``(BM, BN, BK, TM, TN)`` of the GEMM kernel: a BM x BN output tile per block,
+BK-deep slabs of A and B in shared memory, TM x TN outputs per thread."""
+
+
+def grid_1d(count: int) -> tuple[int, int]:
+    """``(blocks, threads)`` for a grid-stride kernel over ``count`` items (>= 1 block)."""
+    blocks = max(1, min(MAX_BLOCKS, -(-count // THREADS)))
+    return blocks, THREADS
+
+
+if SIMULATED:
+    np.seterr(all="ignore")  # the simulator's scalars follow IEEE, quietly, as a GPU does
+
+    def _like(x: Any, value: Any) -> Any:
+        return np.asarray(x).dtype.type(value)
+
+    gmath = SimpleNamespace(
+        exp=np.exp, log=np.log, log1p=np.log1p, expm1=np.expm1, tanh=np.tanh, sin=np.sin,
+        cos=np.cos, sqrt=np.sqrt, erf=lambda x: _like(x, math.erf(x)), inf=math.inf,
+        nan=math.nan)
+
+    @cuda.jit(device=True)
+    def as_float(bits):
+        return np.uint32(bits).view(np.float32)
+
+    @cuda.jit(device=True)
+    def as_bits(value):
+        return np.float32(value).view(np.uint32)
+else:
+    from numba.cuda import libdevice
+
+    gmath = math
+
+    @cuda.jit(device=True)
+    def as_float(bits):
+        return libdevice.int_as_float(numba.int32(bits))
+
+    @cuda.jit(device=True)
+    def as_bits(value):
+        return numba.uint32(libdevice.float_as_int(numba.float32(value)))
+
+
+@cuda.jit(device=True)
+def bf16_load(bits):
+    """bfloat16 bits (uint16) -> float32, exactly."""
+    return as_float(numba.uint32(bits) << numba.uint32(16))
+
+
+@cuda.jit(device=True)
+def bf16_store(value):
+    """float32 -> bfloat16 bits, rounded to nearest even (NaN stays NaN)."""
+    if value != value:
+        return numba.uint16(0x7FC0)
+    bits = as_bits(value)
+    bits += numba.uint32(0x7FFF) + ((bits >> numba.uint32(16)) & numba.uint32(1))
+    return numba.uint16(bits >> numba.uint32(16))
+
+
+@cuda.jit(device=True)
+def tf32_round(value):
+    """float32 rounded to TF32 (a 10-bit mantissa), nearest even; inf and NaN kept."""
+    bits = as_bits(value)
+    if (bits & numba.uint32(0x7F800000)) == numba.uint32(0x7F800000):
+        return numba.float32(value)
+    bits = (bits + numba.uint32(0xFFF) + ((bits >> numba.uint32(13)) & numba.uint32(1))) \
+        & numba.uint32(0xFFFFE000)
+    return as_float(bits)
