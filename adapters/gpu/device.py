@@ -29,37 +29,58 @@ def optimize(graph: Graph) -> Graph:
     return apply_rules(simplify(graph), FUSION_RULES)
 
 
+HOST_READ = {"Reshape": (1,), "Expand": (1,), "Tile": (1,), "Split": (1,), "Squeeze": (1,),
+             "Unsqueeze": (1,), "Slice": (1, 2, 3, 4), "ReduceSum": (1,), "ReduceMean": (1,),
+             "ReduceMax": (1,), "ReduceMin": (1,), "ReduceProd": (1,)}
+"""Inputs that give shapes, axes or counts: the host reads them to plan the launches."""
+
+
+def host_read_inputs(graph: Graph) -> list[int]:
+    """Positions of the graph inputs that some node reads as a shape, axes or count."""
+    read = {node.inputs[i] for node in graph.nodes for i in HOST_READ.get(node.op, ())
+            if i < len(node.inputs) and node.inputs[i]}
+    return [i for i, value in enumerate(graph.inputs) if value.name in read]
+
+
 class GpuExecutable(Executable):
-    """A graph whose plans are built per concrete input shapes, on first use."""
+    """A graph whose plans are built per concrete input shapes (and values of the inputs
+    that give shapes or axes, which the plan bakes in), on first use."""
 
     def __init__(self, device: GpuDevice, graph: Graph, precision: str) -> None:
         self.device = device
         self.graph = graph
         self.precision = precision
-        self._plans: dict[tuple[tuple[int, ...], ...], Any] = {}
+        self.host_read = host_read_inputs(graph)
+        self._plans: dict[Any, Any] = {}
         self._profile: Profile | None = None
 
-    def plan_for(self, shapes: tuple[tuple[int, ...], ...]) -> Any:
-        """The :class:`~.plan.Plan` of one shape binding (built and cached on first use)."""
+    def plan_for(self, inputs: Sequence[Buffer]) -> tuple[Any, bool]:
+        """The :class:`~.plan.Plan` for these inputs (built and cached on first use) and
+        whether it was built now."""
         from polyhal.adapters.gpu.plan import Plan
 
-        plan = self._plans.get(shapes)
-        if plan is None:
-            plan = Plan(optimize(specialize_to(self.graph, shapes)), self.precision,
-                        self.device.stream)
-            self._plans[shapes] = plan
-        return plan
+        values = {self.graph.inputs[i].name: self.device.download(inputs[i])
+                  for i in self.host_read}
+        key = (tuple(b.type.shape for b in inputs),
+               tuple((v.dtype.str, v.shape, v.tobytes()) for v in values.values()))
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan, False
+        shapes = [tuple(b.type.shape) for b in inputs]
+        plan = Plan(optimize(specialize_to(self.graph, shapes, values)), self.precision,
+                    self.device.stream)
+        self._plans[key] = plan
+        return plan, True
 
     def run(self, inputs: Sequence[Buffer]) -> list[Buffer]:
         from polyhal.adapters.gpu.storage import storage_for
 
         with self.device.lock:
             start = time.perf_counter()
-            shapes = tuple(b.type.shape for b in inputs)
-            fresh = shapes not in self._plans
-            plan = self.plan_for(shapes)  # type: ignore[arg-type]
+            plan, fresh = self.plan_for(inputs)
             built = time.perf_counter()
             launches = plan.launches
+            inputs = [b for i, b in enumerate(inputs) if i not in self.host_read]
             entry = [storage_for(b.type.dtype) for b in inputs]
             arrays = plan.execute([b.handle for b in inputs], entry)
             self.device.stream.synchronize()

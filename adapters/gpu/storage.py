@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import ml_dtypes
 import numba
 import numpy as np
 from numba import cuda
@@ -84,19 +83,19 @@ def storage_for(dtype: DType, precision: str = "fp32") -> Storage:
 
 def host_dtype(storage: Storage) -> np.dtype:
     """The host dtype whose bytes the device array holds."""
-    return np.dtype(ml_dtypes.bfloat16) if storage is BF16 else storage.device_dtype
+    return DType.BFLOAT16.numpy if storage is BF16 else storage.device_dtype
 
 
 def to_device_layout(array: np.ndarray, storage: Storage) -> np.ndarray:
     """A flat C-ordered host array with the device array's dtype (bfloat16 as bits)."""
     flat = np.ascontiguousarray(array).reshape(-1)
     if storage is BF16:
-        return flat.astype(ml_dtypes.bfloat16, copy=False).view(np.uint16)
+        return flat.astype(DType.BFLOAT16.numpy, copy=False).view(np.uint16)
     return flat.astype(storage.device_dtype, copy=False)
 
 
 def from_device_layout(flat: np.ndarray, dtype: DType, shape: tuple[int, ...]) -> np.ndarray:
     """The host array of ``dtype`` and ``shape`` whose bytes a device array held."""
     if dtype is DType.BFLOAT16:
-        flat = flat.view(ml_dtypes.bfloat16)
+        flat = flat.view(DType.BFLOAT16.numpy)
     return flat.reshape(shape)

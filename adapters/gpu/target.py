@@ -5,9 +5,10 @@ fixed by then (see :mod:`polyhal.simulators.gpu`). Everything that differs
 between the two modes lives here, so that every kernel has one source:
 
 - :data:`SIMULATED` and the launch shapes (:func:`grid_1d`, :data:`GEMM_TILE`):
-  the simulator runs each CUDA thread as a Python thread, so it gets few,
-  small blocks; kernels are written with grid-stride loops and tile sizes as
-  closure constants, so that any shape is correct in both modes;
+  the simulator runs each CUDA thread as a Python thread, so it gets small
+  blocks and short threads (:data:`MAX_BLOCKS`); kernels are written with
+  grid-stride loops and tile sizes as closure constants, so that any shape is
+  correct in both modes;
 - the bit casts between float32 and uint32 (libdevice on a GPU, numpy views
   in the simulator, whose libdevice functions are stubs), from which the
   bfloat16 conversions and TF32 rounding are built;
@@ -19,6 +20,7 @@ between the two modes lives here, so that every kernel has one source:
 from __future__ import annotations
 
 import math
+import warnings
 from types import SimpleNamespace
 from typing import Any
 
@@ -32,8 +34,11 @@ SIMULATED: bool = bool(_config.ENABLE_CUDASIM)
 
 THREADS = 32 if SIMULATED else 256
 """Threads per block of the 1-D kernels."""
-MAX_BLOCKS = 2 if SIMULATED else 4096
-"""Blocks of a 1-D grid at most (grid-stride loops cover the rest)."""
+MAX_BLOCKS = 65535 if SIMULATED else 4096
+"""Blocks of a 1-D grid at most (grid-stride loops cover the rest). The simulator gets
+a thread per item: it runs a block's threads while a Python loop polls them, and a
+thread that runs past the interpreter's switch interval (5 ms) lets that loop take
+the GIL from the others, so long-running simulated threads slow down a thousandfold."""
 
 GEMM_TILE = (8, 8, 4, 2, 2) if SIMULATED else (64, 64, 16, 4, 4)
 """``(BM, BN, BK, TM, TN)`` of the GEMM kernel: a BM x BN output tile per block,
@@ -47,7 +52,9 @@ def grid_1d(count: int) -> tuple[int, int]:
 
 
 if SIMULATED:
-    np.seterr(all="ignore")  # the simulator's scalars follow IEEE, quietly, as a GPU does
+    # The simulator's numpy scalars follow IEEE, as a GPU does; quietly, as a GPU does (in
+    # the simulator's threads, where np.seterr does not reach; the process is the device's).
+    warnings.filterwarnings("ignore", category=RuntimeWarning)
 
     def _like(x: Any, value: Any) -> Any:
         return np.asarray(x).dtype.type(value)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
+
 from polyhal.ir.builder import GraphBuilder, Var
 from polyhal.ir.graph import Graph, Node
 from polyhal.ir.types import TensorType
@@ -20,18 +22,21 @@ def replay(builder: GraphBuilder, node: Node, args: list[Var | None]) -> tuple[V
 
 
 def rebuild(graph: Graph, rewrite: NodeRewrite,
-            input_types: Mapping[str, TensorType] | None = None) -> Graph:
+            input_types: Mapping[str, TensorType] | None = None,
+            input_values: Mapping[str, np.ndarray] | None = None) -> Graph:
     """A new graph where each node is replaced by what ``rewrite`` builds.
 
     ``rewrite(builder, node, args)`` returns the values standing for the
     node's outputs, or ``None`` to keep the node as it is. Value names of
     kept nodes, inputs, constants and outputs are preserved; every type is
-    inferred afresh (from ``input_types`` where given).
+    inferred afresh (from ``input_types`` where given). Inputs named in
+    ``input_values`` become constants of those values.
     """
     reserved = [n.name for n in graph.nodes] + list(graph.value_types)
     g = GraphBuilder(graph.name, reserved=reserved)
-    types = input_types or {}
-    env: dict[str, Var] = {v.name: g.input(v.name, types.get(v.name, v.type))
+    types, values = input_types or {}, input_values or {}
+    env: dict[str, Var] = {v.name: g.constant(values[v.name], name=v.name) if v.name in values
+                           else g.input(v.name, types.get(v.name, v.type))
                            for v in graph.inputs}
     for name, array in graph.constants.items():
         env[name] = g.constant(array, name=name)

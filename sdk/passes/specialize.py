@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+
 from polyhal.ir import dims as D
 from polyhal.ir.graph import Graph
 from polyhal.ir.types import TensorType
@@ -26,12 +28,16 @@ def specialize(graph: Graph, bindings: Mapping[str, int]) -> Graph:
                    {v.name: _bind(v.type, bindings) for v in graph.inputs})
 
 
-def specialize_to(graph: Graph, shapes: Sequence[tuple[int, ...]]) -> Graph:
+def specialize_to(graph: Graph, shapes: Sequence[tuple[int, ...]],
+                  values: Mapping[str, np.ndarray] | None = None) -> Graph:
     """:func:`specialize` with the symbolic dimensions bound by concrete input ``shapes``
-    (in graph-input order; the first occurrence of a name binds it)."""
+    (in graph-input order; the first occurrence of a name binds it), and the inputs
+    named in ``values`` turned into those constants (their shapes come from the values)."""
+    values = values or {}
     bindings: dict[str, int] = {}
     for value, shape in zip(graph.inputs, shapes, strict=True):
         for dim, size in zip(value.type.shape, shape, strict=True):
             if isinstance(dim, str):
                 bindings.setdefault(dim, size)
-    return specialize(graph, bindings)
+    return rebuild(graph, lambda builder, node, args: None,
+                   {v.name: _bind(v.type, bindings) for v in graph.inputs}, values)

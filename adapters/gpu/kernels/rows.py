@@ -99,7 +99,7 @@ def layer_norm_kernel(storage: Storage, stats: Storage, scale_mapped: bool, bias
                 sq += d * d
             inv = numba.float32(1) / gmath.sqrt(sq / numba.float32(width) + eps)
             for j in range(width):
-                y = compute(numba.float32(load(x[r * width + j])) - mu) * compute(inv)
+                y = compute((numba.float32(load(x[r * width + j])) - mu) * inv)
                 y = y * compute(load(scale[smap[j] if scale_mapped else j]))
                 if bias:
                     y += compute(load(b[bmap[j] if bias_mapped else j]))
