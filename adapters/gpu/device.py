@@ -143,7 +143,3 @@ class GpuDevice(Device):
         if missing:
             raise UnsupportedError(f"{self.adapter.name} cannot run: {', '.join(missing)}")
         return GpuExecutable(self, graph, options.precision)
-
-    def info(self) -> dict[str, Any]:
-        """What this device is."""
-        return {"device": self.description}

@@ -81,11 +81,6 @@ def storage_for(dtype: DType, precision: str = "fp32") -> Storage:
     return Storage(np_dtype.name, np_dtype, None, _same, _same)
 
 
-def host_dtype(storage: Storage) -> np.dtype:
-    """The host dtype whose bytes the device array holds."""
-    return DType.BFLOAT16.numpy if storage is BF16 else storage.device_dtype
-
-
 def to_device_layout(array: np.ndarray, storage: Storage) -> np.ndarray:
     """A flat C-ordered host array with the device array's dtype (bfloat16 as bits)."""
     flat = np.ascontiguousarray(array).reshape(-1)

@@ -129,9 +129,9 @@ def test_bad_options_and_unclaimed_ops_are_refused(sim):
     with pytest.raises(UnsupportedError, match=r"gpu-sim cannot run: .*Sign"):
         sim.compile(g.build(), CompileOptions())
     with pytest.raises(UnsupportedError, match="unknown option"):
-        open_device("gpu-sim", turbo=True).capabilities  # the worker opens it on first use
+        _ = open_device("gpu-sim", turbo=True).capabilities  # the worker opens on first use
     with pytest.raises(UnsupportedError, match="one device"):
-        open_device("gpu-sim:1").capabilities
+        _ = open_device("gpu-sim:1").capabilities
 
 
 def test_runtime_places_on_gpu_sim_with_fallback():
