@@ -56,6 +56,16 @@ COMPUTED_IN_FLOAT32 = {"core.LayerNormalization"}
 ``stash_type`` = 1): their float64 results carry float32 error."""
 
 
+def with_float32_stash(graph: Graph, dtypes: set[DType]) -> set[DType]:
+    """``dtypes``, plus float32 when one is float64 and ``graph`` has an op the
+    specification computes in float32 (``COMPUTED_IN_FLOAT32``): such a graph's float64
+    results carry float32 rounding that depends on summation order."""
+    if DType.FLOAT64 in dtypes and any(n.qualified_op in COMPUTED_IN_FLOAT32
+                                       for n in graph.nodes):
+        return dtypes | {DType.FLOAT32}
+    return dtypes
+
+
 def tolerance_for(op: str | None, dtypes: Sequence[DType]) -> Tolerance:
     """The tolerance of a case whose outputs have ``dtypes``."""
     if op in COMPUTED_IN_FLOAT32:
@@ -109,10 +119,9 @@ def gradient_tolerance(graph: Graph, model: bool = False) -> Tolerance:
     ``MODEL_SCALE``, as for the model itself in L2.
     """
     ops = {node.qualified_op for node in graph.nodes}
-    dtypes = {v.type.dtype for node in graph.nodes for v in node.outputs} | {
-        v.type.dtype for v in graph.outputs}
-    if ops & COMPUTED_IN_FLOAT32 and DType.FLOAT64 in dtypes:
-        dtypes.add(DType.FLOAT32)
+    dtypes = with_float32_stash(graph, {v.type.dtype for node in graph.nodes
+                                        for v in node.outputs} | {v.type.dtype
+                                                                  for v in graph.outputs})
     floats = [BY_DTYPE[d] for d in dtypes & FLOAT_TYPES]
     if not floats:
         return Tolerance()

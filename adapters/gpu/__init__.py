@@ -109,8 +109,8 @@ class GpuAdapter(Adapter):
         count = len(cuda.gpus)
         if not 0 <= index < count:
             raise UnsupportedError(f"gpu: no device {index} ({count} found)")
-        gpu = cuda.select_device(index)
-        return _device(f"{gpu.name} (cc {gpu.compute_capability})")
+        cuda.select_device(index)
+        return GpuDevice(gpu_capabilities())
 
 
 class GpuSimAdapter(Adapter):
@@ -137,7 +137,7 @@ class GpuSimAdapter(Adapter):
         if not target.SIMULATED:
             raise DeviceError("gpu-sim runs in a worker process that enables numba's CUDA "
                               "simulator; open it with polyhal.hal.open_device('gpu-sim')")
-        return _device("numba CUDA simulator")
+        return GpuDevice(gpu_capabilities())
 
 
 def _no_options(name: str, options: dict[str, Any]) -> None:
@@ -145,6 +145,3 @@ def _no_options(name: str, options: dict[str, Any]) -> None:
         raise UnsupportedError(f"{name}: unknown option(s) {', '.join(sorted(options))} "
                                "(it takes none)")
 
-
-def _device(description: str) -> Device:
-    return GpuDevice(gpu_capabilities(), description)

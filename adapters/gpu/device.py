@@ -73,16 +73,13 @@ class GpuExecutable(Executable):
         return plan, True
 
     def run(self, inputs: Sequence[Buffer]) -> list[Buffer]:
-        from polyhal.adapters.gpu.storage import storage_for
-
         with self.device.lock:
             start = time.perf_counter()
             plan, fresh = self.plan_for(inputs)
             built = time.perf_counter()
             launches = plan.launches
-            inputs = [b for i, b in enumerate(inputs) if i not in self.host_read]
-            entry = [storage_for(b.type.dtype) for b in inputs]
-            arrays = plan.execute([b.handle for b in inputs], entry)
+            arrays = plan.execute([b.handle for i, b in enumerate(inputs)
+                                   if i not in self.host_read])
             self.device.stream.synchronize()
             done = time.perf_counter()
         self._profile = Profile(
@@ -100,11 +97,10 @@ class GpuExecutable(Executable):
 class GpuDevice(Device):
     """One CUDA device (or the simulator): buffers are flat device arrays."""
 
-    def __init__(self, capabilities: Capabilities, description: str) -> None:
+    def __init__(self, capabilities: Capabilities) -> None:
         from numba import cuda
 
         self._capabilities = capabilities
-        self.description = description
         self.stream = cuda.stream()
         self.lock = threading.RLock()
 
@@ -135,11 +131,9 @@ class GpuDevice(Device):
         return from_device_layout(flat, buffer.type.dtype, tuple(buffer.type.shape))
 
     def compile(self, graph: Graph, options: CompileOptions) -> Executable:
-        if options.precision not in PRECISIONS:
-            raise UnsupportedError(f"{self.adapter.name}: precision {options.precision!r} is "
-                                   f"not one of {', '.join(PRECISIONS)}")
-        missing = [f"{n.name} ({node_reason(self._capabilities, graph, n)})"
-                   for n in graph.nodes if node_reason(self._capabilities, graph, n)]
+        # The precision is checked against Capabilities.precisions by CheckedDevice.
+        reasons = ((n.name, node_reason(self._capabilities, graph, n)) for n in graph.nodes)
+        missing = [f"{name} ({reason})" for name, reason in reasons if reason]
         if missing:
             raise UnsupportedError(f"{self.adapter.name} cannot run: {', '.join(missing)}")
         return GpuExecutable(self, graph, options.precision)

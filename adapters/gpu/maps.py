@@ -25,8 +25,8 @@ from polyhal.ops.window import window_attrs
 MOVEMENT_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice",
                           "Expand", "Tile", "Split", "Concat", "Identity", "Gather"})
 """Ops whose outputs are elements of their inputs, rearranged."""
-DATA_INPUTS = {"Concat": None}
-"""Ops whose data is more than input 0 (None: every input)."""
+EVERY_INPUT_IS_DATA = frozenset({"Concat"})
+"""Movement ops whose every input is data (the others' data is input 0)."""
 
 
 def _arange(shape: Sequence[int], start: int = 0) -> np.ndarray:
@@ -38,7 +38,7 @@ def movement_maps(node: Node, attrs: Mapping[str, Any], shapes: Sequence[tuple[i
     """One flat map per output of a movement ``node``: offsets into its data input
     (for Concat, into its inputs laid end to end). ``constants`` has the value of
     each non-data input, which must be known."""
-    data = range(len(node.inputs)) if node.op in DATA_INPUTS else (0,)
+    data = range(len(node.inputs)) if node.op in EVERY_INPUT_IS_DATA else (0,)
     args: list[Any] = []
     offset = 0
     for i, shape in enumerate(shapes):

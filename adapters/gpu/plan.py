@@ -48,6 +48,9 @@ FLOAT_NAMES = ("float16", "bfloat16", "float32", "float64")
 REDUCE_KINDS = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max",
                 "ReduceMin": "min", "ReduceProd": "prod", "GlobalAveragePool": "mean",
                 "GlobalMaxPool": "max"}
+LOWERINGS = {"MatMul": "_matmul", "Gemm": "_gemm", "Conv": "_conv", "MaxPool": "_max_pool",
+             "Softmax": "_softmax", "LogSoftmax": "_softmax", "LayerNormalization": "_layer_norm"}
+"""The :class:`Plan` method that lowers each of the other ops."""
 
 
 class Plan:
@@ -85,9 +88,13 @@ class Plan:
     def upload(self, array: np.ndarray) -> Any:
         return cuda.to_device(np.ascontiguousarray(array), stream=self.stream)
 
+    def alloc(self, count: int, dtype: np.dtype) -> Any:
+        return cuda.device_array(count, dtype, stream=self.stream)
+
     def empty(self, name: str, count: int | None = None) -> Any:
-        count = self.size(name) if count is None else count
-        return cuda.device_array(count, self.storage(name).device_dtype, stream=self.stream)
+        """A new array for value ``name`` (``count`` elements, default: its size)."""
+        return self.alloc(self.size(name) if count is None else count,
+                          self.storage(name).device_dtype)
 
     def launch(self, kernel: Any, count: int, *args: Any) -> None:
         """A grid-stride kernel over ``count`` items (nothing when there are none)."""
@@ -105,12 +112,13 @@ class Plan:
 
     # ------------------------------------------------------------------ running
 
-    def execute(self, arrays: list[Any], entry: list[Storage]) -> list[Any]:
-        """Run on device arrays of the graph inputs (held in ``entry`` storages);
-        returns the outputs in their fp32-mode storages."""
+    def execute(self, arrays: list[Any]) -> list[Any]:
+        """Run on device arrays of the graph inputs, as buffers hold them (fp32-mode
+        storage); returns the outputs held the same way."""
         env: Env = dict(self.constants)
-        for value, array, held in zip(self.graph.inputs, arrays, entry, strict=True):
-            env[value.name] = self._convert(array, held, self.storage(value.name))
+        for value, array in zip(self.graph.inputs, arrays, strict=True):
+            env[value.name] = self._convert(array, storage_for(value.type.dtype),
+                                            self.storage(value.name))
         checks: list[Callable[[], None]] = []
         for step in self.steps:
             step(env, checks)
@@ -126,7 +134,7 @@ class Plan:
         if src == dst:
             return array
         kernel = elementwise.compile_source(elementwise.cast_source(src, dst), "cast")
-        out = cuda.device_array(array.size, dst.device_dtype, stream=self.stream)
+        out = self.alloc(array.size, dst.device_dtype)
         self.launch(kernel, array.size, out, array.size, array)
         return out
 
@@ -143,13 +151,11 @@ class Plan:
             return self._movement(node, attrs)
         if node.op in REDUCE_KINDS:
             return self._reduce(node, attrs)
-        lower = {"MatMul": self._matmul, "Gemm": self._gemm, "Conv": self._conv,
-                 "MaxPool": self._max_pool, "Softmax": self._softmax,
-                 "LogSoftmax": self._softmax, "LayerNormalization": self._layer_norm}.get(node.op)
+        lower = LOWERINGS.get(node.op)
         if lower is None:
             raise UnsupportedError(f"gpu has no kernel for {node.qualified_op} "
                                    f"(node {node.name!r})")
-        return lower(node, attrs)
+        return getattr(self, lower)(node, attrs)
 
     def _elementwise(self, group: Any) -> Step:
         body = group_body(self.graph, group)
@@ -305,8 +311,7 @@ class Plan:
         cols_storage = self.storage(x)
 
         def columns(env: Env, checks: list) -> None:
-            cols = cuda.device_array(cols_map.size, cols_storage.device_dtype,
-                                     stream=self.stream)
+            cols = self.alloc(cols_map.size, cols_storage.device_dtype)
             self.launch(movement.gather_map_or_zero, cols.size, env[x], cols_map_d, cols,
                         cols.size)
             env[cols_name] = cols
@@ -403,8 +408,7 @@ class Plan:
 
         def step(env: Env, checks: list) -> None:
             out = self.empty(names[0])
-            stat = [cuda.device_array(count, stats.device_dtype, stream=self.stream)
-                    for _ in range(2)]
+            stat = [self.alloc(count, stats.device_dtype) for _ in range(2)]
             self.launch(kernel, count, env[x], env[scale], smap,
                         env[bias] if bias else self._dummy, bmap, out, stat[0], stat[1],
                         count, width, eps)

@@ -29,11 +29,11 @@ from polyhal.conformance.models import HYBRID_MODELS, MODELS
 from polyhal.conformance.profiles import Profile
 from polyhal.conformance.snn_networks import NETWORKS
 from polyhal.conformance.tolerances import (
-    COMPUTED_IN_FLOAT32,
     MODEL_SCALE,
     Comparison,
     Tolerance,
     tolerance_for,
+    with_float32_stash,
 )
 from polyhal.hal.capabilities import Capabilities
 from polyhal.hal.contract import Device
@@ -48,15 +48,12 @@ FALLBACK = "reference"
 QUANTUM_OPS = ("quantum.Expectation", "quantum.ExpectationVJP")
 
 
-def model_tolerance(expected: Sequence[np.ndarray], graph: Graph | None = None) -> Tolerance:
-    """A model's tolerance: ``MODEL_SCALE`` times MatMul's, over its outputs' dtypes; a
-    float64 model with an op the specification computes in float32
-    (``COMPUTED_IN_FLOAT32``: LayerNormalization) gets float32's, since its result
-    carries float32 rounding that depends on summation order."""
-    dtypes = [DType.from_numpy(e.dtype) for e in expected]
-    if graph is not None and any(n.qualified_op in COMPUTED_IN_FLOAT32 for n in graph.nodes):
-        dtypes = [DType.FLOAT32 if d is DType.FLOAT64 else d for d in dtypes]
-    base = tolerance_for("core.MatMul", dtypes)
+def model_tolerance(expected: Sequence[np.ndarray], graph: Graph) -> Tolerance:
+    """A model's tolerance: ``MODEL_SCALE`` times MatMul's, over its outputs' dtypes
+    (float32's too for a float64 model with LayerNormalization, see
+    :func:`~polyhal.conformance.tolerances.with_float32_stash`)."""
+    dtypes = with_float32_stash(graph, {DType.from_numpy(e.dtype) for e in expected})
+    base = tolerance_for("core.MatMul", sorted(dtypes, key=lambda d: d.value))
     return Tolerance(base.atol * MODEL_SCALE, base.rtol * MODEL_SCALE)
 
 

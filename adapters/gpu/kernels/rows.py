@@ -20,6 +20,12 @@ from polyhal.adapters.gpu.target import gmath
 REDUCTIONS = ("sum", "mean", "max", "min", "prod")
 
 
+@cuda.jit(device=True)
+def _offset(xmap, i, mapped):
+    """Where element ``i`` of the rows lives: through the map, or at ``i``."""
+    return xmap[i] if mapped else i
+
+
 @cache
 def reduce_kernel(src: Storage, dst: Storage, kind: str, mapped: bool) -> Any:
     """``reduce(x, xmap, out, rows, width)``: ``out[r]`` = the ``kind`` of row ``r``."""
@@ -32,8 +38,7 @@ def reduce_kernel(src: Storage, dst: Storage, kind: str, mapped: bool) -> Any:
         for r in range(cuda.grid(1), rows, cuda.gridsize(1)):
             acc = compute(init)
             for j in range(width):
-                at = xmap[r * width + j] if mapped else r * width + j
-                v = compute(load(x[at]))
+                v = compute(load(x[_offset(xmap, r * width + j, mapped)]))
                 if code <= 1:
                     acc += v
                 elif code == 4:
@@ -58,15 +63,15 @@ def softmax_kernel(storage: Storage, log: bool, mapped: bool) -> Any:
         for r in range(cuda.grid(1), rows, cuda.gridsize(1)):
             top = compute(-gmath.inf)
             for j in range(width):
-                v = compute(load(x[xmap[r * width + j] if mapped else r * width + j]))
+                v = compute(load(x[_offset(xmap, r * width + j, mapped)]))
                 if top == top and (v != v or v > top):
                     top = v
             total = compute(0)
             for j in range(width):
-                total += gmath.exp(compute(load(x[xmap[r * width + j] if mapped
-                                                  else r * width + j])) - top)
+                total += gmath.exp(compute(load(x[_offset(xmap, r * width + j, mapped)]))
+                                   - top)
             for j in range(width):
-                at = xmap[r * width + j] if mapped else r * width + j
+                at = _offset(xmap, r * width + j, mapped)
                 shifted = compute(load(x[at])) - top
                 if log:
                     out[at] = store(compute(shifted - gmath.log(total)))
@@ -100,9 +105,9 @@ def layer_norm_kernel(storage: Storage, stats: Storage, scale_mapped: bool, bias
             inv = numba.float32(1) / gmath.sqrt(sq / numba.float32(width) + eps)
             for j in range(width):
                 y = compute((numba.float32(load(x[r * width + j])) - mu) * inv)
-                y = y * compute(load(scale[smap[j] if scale_mapped else j]))
+                y = y * compute(load(scale[_offset(smap, j, scale_mapped)]))
                 if bias:
-                    y += compute(load(b[bmap[j] if bias_mapped else j]))
+                    y += compute(load(b[_offset(bmap, j, bias_mapped)]))
                 out[r * width + j] = store(y)
             mean[r] = store_stat(mu)
             inv_std[r] = store_stat(inv)
