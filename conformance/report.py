@@ -37,7 +37,8 @@ def render_markdown(report: Report) -> str:
              f"- verdict: **{'PASS' if report.ok else 'FAIL'}** ({_summary_line(report)})",
              f"- device: {report.device['name']} ({report.device['address']})",
              f"- polyhal {report.polyhal_version}, suite {report.suite_version}, tolerances "
-             f"v{report.tolerance_version}, profile `{report.profile}`, seeds {report.seeds}",
+             f"v{report.tolerance_version}, profile `{report.profile}`, precision "
+             f"`{report.precision}`, seeds {report.seeds}",
              f"- case set: `{report.case_set_hash[:16]}`", f"- started {report.started}, took "
              f"{report.duration_s:.1f} s", "", "## Coverage", "",
              "| domain | claimed ops | of |", "| --- | --- | --- |"]
@@ -113,7 +114,7 @@ td,th{{border:1px solid #ccc;padding:2px 6px;font-size:13px}}</style></head>
 {html.escape(report.adapter_version)}</h1>
 <p><b>{verdict}</b>: {html.escape(_summary_line(report))}. Device
 {html.escape(str(report.device['name']))}; polyhal {report.polyhal_version}; suite
-{report.suite_version}; profile {report.profile}; case set
+{report.suite_version}; profile {report.profile}; precision {report.precision}; case set
 <code>{report.case_set_hash[:16]}</code>.</p>
 <table><thead><tr><th>case</th><th>level</th><th>outcome</th><th>max abs err</th>
 <th>message</th></tr></thead><tbody>

@@ -16,6 +16,12 @@ from polyhal.conformance.cases import Case
 from polyhal.conformance.execute import grade, run_on_device
 from polyhal.conformance.levels import GENERATORS
 from polyhal.conformance.manifest import Entry, load_manifest, unsettled
+from polyhal.conformance.precision import (
+    PRECISION_LEVELS,
+    PrecisionDevice,
+    check_precision,
+    graded_in,
+)
 from polyhal.conformance.profiles import get_profile, parse_levels
 from polyhal.conformance.tolerances import TOLERANCE_VERSION, Comparison
 from polyhal.errors import (
@@ -64,6 +70,8 @@ class Report:
     tolerance_version: str
     seeds: list[int]
     profile: str
+    precision: str
+    """The ``compile`` precision every case ran in (``fp32`` unless asked otherwise)."""
     levels: list[str]
     device: dict[str, Any]
     started: str
@@ -185,8 +193,15 @@ ProgressCallback = Callable[[CaseResult, int, int], None]
 def run_suite(adapter: str, levels: Sequence[str] | None = None, profile: str = "ci",
               isolate: bool = True, timeout: float | None = None,
               on_result: ProgressCallback | None = None,
-              on_cases: Callable[[int], None] | None = None) -> Report:
-    """Grade ``adapter`` (device 0) against the reference; returns the report."""
+              on_cases: Callable[[int], None] | None = None,
+              precision: str = "fp32") -> Report:
+    """Grade ``adapter`` (device 0) against the reference; returns the report.
+
+    ``precision`` other than ``fp32`` compiles every case in that mode and grades
+    levels L0-L2 only (all of them when ``levels`` is None), float32 cases at the
+    mode's tolerance (:mod:`polyhal.conformance.precision`)."""
+    if precision != "fp32" and levels is None:
+        levels = PRECISION_LEVELS
     chosen = parse_levels(levels)
     settings = get_profile(profile)
     adapter_obj = get_adapter(adapter)
@@ -197,7 +212,10 @@ def run_suite(adapter: str, levels: Sequence[str] | None = None, profile: str = 
     device = open_device(adapter, isolate=isolate, timeout=timeout or settings.case_timeout_s)
     try:
         caps = device.capabilities
-        cases = generate_cases(caps, chosen, profile)
+        check_precision(precision, chosen, caps, adapter)
+        if precision != "fp32":
+            device = PrecisionDevice(device, precision)
+        cases = [graded_in(c, precision) for c in generate_cases(caps, chosen, profile)]
         if on_cases is not None:
             on_cases(len(cases))
         results = []
@@ -216,7 +234,7 @@ def run_suite(adapter: str, levels: Sequence[str] | None = None, profile: str = 
         adapter=adapter, adapter_version=str(type(adapter_obj).version),
         polyhal_version=__version__, suite_version=SUITE_VERSION,
         case_set_hash=case_set_hash(cases), tolerance_version=TOLERANCE_VERSION,
-        seeds=list(settings.seeds), profile=profile, levels=list(chosen),
+        seeds=list(settings.seeds), profile=profile, precision=precision, levels=list(chosen),
         device={"address": f"{adapter}:0", "name": info.name if info else adapter,
                 "details": {k: str(v) for k, v in (info.details if info else {}).items()},
                 "isolated": isolate},

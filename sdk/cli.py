@@ -131,6 +131,7 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
                 progress.update(task, completed=index + 1, failures=bad)
 
             report = run_suite(name, levels=args.level, profile=args.profile,
+                               precision=args.precision,
                                isolate=not args.no_isolate, timeout=args.timeout,
                                on_result=on_result,
                                on_cases=lambda n, task=task: progress.update(task, total=n))
@@ -227,6 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "L4-quant L5 onnx")
     conf.add_argument("--profile", default="full", choices=["ci", "full"],
                       help="case-space size (default: %(default)s)")
+    conf.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "fp16", "bf16"],
+                      help="compile every case in this mode; other than fp32 grades L0-L2, "
+                           "float32 cases at the mode's tolerance (default: %(default)s)")
     conf.add_argument("--report", metavar="DIR", help="write report.json/.md/.html here")
     conf.add_argument("--timeout", type=float, help="per-call timeout of the device, seconds")
     conf.add_argument("--no-isolate", action="store_true",

@@ -31,7 +31,7 @@ from numba import cuda
 from polyhal.adapters.gpu import maps
 from polyhal.adapters.gpu.kernels import elementwise, movement, rows
 from polyhal.adapters.gpu.kernels.gemm import gemm_kernel, launch_shape
-from polyhal.adapters.gpu.storage import Storage, storage_for, to_device_layout
+from polyhal.adapters.gpu.storage import F32, Storage, storage_for, to_device_layout
 from polyhal.adapters.gpu.target import grid_1d
 from polyhal.errors import ExecutionError, UnsupportedError
 from polyhal.ir.dtypes import DType
@@ -252,8 +252,9 @@ class Plan:
                    aoff: np.ndarray, boff: np.ndarray, alpha: float = 1.0, beta: float = 0.0,
                    before: Step | None = None, b_storage: Storage | None = None) -> Step:
         out = self.storage(name)
-        kernel = gemm_kernel(self.storage(a), b_storage or self.storage(b),
-                             self.storage(c) if c else None, out, self.precision == "tf32")
+        a_storage, b_storage = self.storage(a), b_storage or self.storage(b)
+        tf32 = self.precision == "tf32" and a_storage == b_storage == F32  # float32 operands
+        kernel = gemm_kernel(a_storage, b_storage, self.storage(c) if c else None, out, tf32)
         batches = len(aoff)
         grid, threads = launch_shape(m, n, batches)
         aoff_d, boff_d, cmap_d = self.upload(aoff), self.upload(boff), self._map(cmap)

@@ -94,6 +94,16 @@ def test_tf32_rounds_only_the_matmul_operands(sim):
     assert len(np.unique(tf32)) == 8
 
 
+def test_tf32_leaves_float64_matmuls_exact(sim):
+    g = GraphBuilder("f64")
+    a = g.input("a", polyhal.ir.f64[4, 8])
+    g.output(a @ np.full((8, 3), 1 + 2.0 ** -30), name="y")
+    a = np.random.default_rng(1).normal(size=(4, 8))
+    (fp32,) = _run(sim, g.build(), a)
+    (tf32,) = _run(sim, g.build(), a, precision="tf32")
+    np.testing.assert_array_equal(fp32, tf32)
+
+
 def test_bfloat16_and_float16_graphs_round_once_per_stored_value(sim):
     import ml_dtypes
 
