@@ -22,12 +22,12 @@ from polyhal.errors import (
 )
 from polyhal.ir import DType, Graph, GraphBuilder, TensorType, load, save
 from polyhal.reference import run
-from polyhal.runtime import compile
+from polyhal.runtime import Session, compile
 
 __all__ = [
     "AdapterContractError", "CheckpointError", "ConformanceError", "DType",
     "DeviceCrashError", "DeviceError", "DeviceTimeoutError", "ExecutionError",
     "Graph", "GraphBuilder", "IRError", "InputBindingError", "LimitExceededError",
-    "PolyhalError", "SerializationError", "TensorType", "TrainingError", "UnsupportedError",
-    "VerificationError", "__version__", "compile", "load", "ops", "run", "save",
+    "PolyhalError", "SerializationError", "Session", "TensorType", "TrainingError",
+    "UnsupportedError", "VerificationError", "__version__", "compile", "load", "ops", "run", "save",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -169,6 +170,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     import polyhal
     from polyhal.interop.loading import load_model
+    from polyhal.runtime import tracing
 
     options = {k: v for k in ("dt", "method", "reset") if (v := getattr(args, k)) is not None}
     graph = load_model(args.model, **options)
@@ -182,8 +184,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         except (OSError, ValueError) as exc:
             raise PolyhalError(f"--input {name}: cannot read {file} as a .npy array "
                                f"({exc})") from None
-    compiled = polyhal.compile(graph, device=args.device, fallback=args.fallback)
-    outputs = compiled(**feeds)
+    with tracing.recording() if args.profile else contextlib.nullcontext() as trace:
+        compiled = polyhal.compile(graph, device=args.device, fallback=args.fallback)
+        outputs = compiled(**feeds)
     folder = Path(args.output) if args.output else None
     if folder:
         folder.mkdir(parents=True, exist_ok=True)
@@ -193,6 +196,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             np.save(folder / f"{_safe_name(name)}.npy", array)
     if args.show_placement:
         print(compiled.placement)
+    if trace is not None:
+        print(f"profile: wrote {trace.save(args.profile)}")
     return 0
 
 
@@ -247,6 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="an input array (repeatable)")
     run.add_argument("--output", metavar="DIR", help="save outputs as DIR/NAME.npy")
     run.add_argument("--show-placement", action="store_true", help="print where nodes ran")
+    run.add_argument("--profile", metavar="TRACE.json", help="record the compile and the run "
+                     "as Chrome trace JSON (open it in ui.perfetto.dev)")
     run.add_argument("--dt", type=float, help=".nir: the time step in seconds")
     run.add_argument("--method", choices=["euler", "exact"], help=".nir: integration method "
                      "(default euler)")

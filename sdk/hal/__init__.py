@@ -13,6 +13,7 @@ from polyhal.hal.contract import (
     DeviceInfo,
     Executable,
     Profile,
+    buffer_checksum,
 )
 from polyhal.hal.registry import (
     ENTRY_POINT_GROUP,
@@ -31,6 +32,7 @@ from polyhal.hal.registry import (
 __all__ = [
     "API_VERSION", "ENTRY_POINT_GROUP", "PRECISIONS", "Adapter", "Buffer", "Capabilities",
     "CheckedDevice", "CompileOptions", "ContractReport", "Device", "DeviceInfo", "Executable",
-    "PluginFailure", "Profile", "adapters", "check_adapter_class", "discover", "get_adapter",
-    "open_device", "parse_address", "plugin_failures", "probe_all", "register", "unregister",
+    "PluginFailure", "Profile", "adapters", "buffer_checksum", "check_adapter_class", "discover",
+    "get_adapter", "open_device", "parse_address", "plugin_failures", "probe_all", "register",
+    "unregister",
 ]

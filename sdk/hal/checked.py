@@ -22,7 +22,14 @@ from polyhal.errors import (
     UnsupportedError,
 )
 from polyhal.hal.capabilities import Capabilities
-from polyhal.hal.contract import Buffer, CompileOptions, Device, Executable, Profile
+from polyhal.hal.contract import (
+    Buffer,
+    CompileOptions,
+    Device,
+    Executable,
+    Profile,
+    buffer_checksum,
+)
 from polyhal.ir import dims as D
 from polyhal.ir.graph import Graph
 from polyhal.ir.types import TensorType
@@ -152,6 +159,10 @@ class CheckedDevice(Device):
         if actual != buffer.type:
             raise AdapterContractError(f"{where} returned {actual} for a buffer of type "
                                        f"{buffer.type}")
+        if buffer.checksum is not None and buffer_checksum(array) != buffer.checksum:
+            raise DeviceError(f"{where}: checksum mismatch: the {buffer.type} data came back "
+                              "corrupted (its CRC-32 differs from the one the device "
+                              "computed)")
         return array
 
     def compile(self, graph: Graph, options: CompileOptions) -> Executable:

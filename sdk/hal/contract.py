@@ -19,6 +19,7 @@ smallest correct adapter.
 from __future__ import annotations
 
 import concurrent.futures
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -73,6 +74,15 @@ class Buffer:
     device: Device
     type: TensorType
     handle: Any = None
+    checksum: int | None = None
+    """Optional: the CRC-32 (:func:`buffer_checksum`) of the contents as the device
+    produced them. When set, every download is verified against it, and a mismatch
+    (data corrupted in device memory or in transfer) is a ``DeviceError``."""
+
+
+def buffer_checksum(array: np.ndarray) -> int:
+    """The CRC-32 of an array's bytes in C order: what :attr:`Buffer.checksum` holds."""
+    return zlib.crc32(np.ascontiguousarray(array).tobytes())
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,9 @@
 proxy whose buffers, executables and calls are forwarded to one worker
 process that holds the real device. The conformance runner, fault-injecting
 simulators, adapters that must configure a library before it is imported
-(``Adapter.worker_env``) and, later, remote devices all use this one
-mechanism.
+(``Adapter.worker_env``) and devices hosted on Ray workers
+(``open_device(address, host="ray")``, :mod:`polyhal.hal.remote`) all use this
+one mechanism.
 
 Layers, from the caller down:
 
@@ -19,9 +20,10 @@ Layers, from the caller down:
   (bytes), ``receive(timeout)`` (bytes, or :class:`ChannelTimeout` /
   :class:`ChannelClosed`), ``is_alive``, ``kill``, ``close``. Requests and
   replies are pickled by the proxy, so a channel only moves bytes.
-  :class:`ProcessChannel` (a ``spawn`` process and a pipe) is the default; a
-  Ray actor wrapping :class:`WorkerServer` can be another (pass
-  ``channel_factory=`` to :class:`IsolatedDevice`).
+  :class:`ProcessChannel` (a ``spawn`` process and a pipe) is the default;
+  :class:`polyhal.hal.remote.RayChannel` (a Ray actor wrapping
+  :class:`WorkerServer`) is the other; any ``WorkerSpec -> Channel`` callable can
+  be passed as ``channel_factory=`` to :class:`IsolatedDevice`.
 - :class:`WorkerServer` — the worker side, transport-free: it opens the
   device and turns request bytes into reply bytes.
 
@@ -420,7 +422,7 @@ class WorkerServer:
             raise DeviceError("the worker has no open device")
         return self.device
 
-    def _add_buffer(self, buffer: Any, where: str) -> tuple[int, TensorType]:
+    def _add_buffer(self, buffer: Any, where: str) -> tuple[int, TensorType, int | None]:
         if not isinstance(buffer, Buffer):
             raise AdapterContractError(f"{where} returned {type(buffer).__name__}, not a Buffer")
         if not isinstance(buffer.type, TensorType):
@@ -428,7 +430,7 @@ class WorkerServer:
                                        f"{type(buffer.type).__name__}, not a TensorType")
         key = next(self._ids)
         self.buffers[key] = buffer
-        return key, buffer.type
+        return key, buffer.type, buffer.checksum
 
     def _buffer(self, key: int) -> Buffer:
         try:
@@ -471,7 +473,7 @@ class WorkerServer:
     def op_capabilities(self) -> Capabilities:
         return self._device().capabilities
 
-    def op_upload(self, array: np.ndarray) -> tuple[int, TensorType]:
+    def op_upload(self, array: np.ndarray) -> tuple[int, TensorType, int | None]:
         return self._add_buffer(self._device().upload(array), "Device.upload")
 
     def op_download(self, key: int) -> np.ndarray:
@@ -486,7 +488,8 @@ class WorkerServer:
         self.executables[key] = executable
         return key
 
-    def op_run(self, key: int, inputs: list[int]) -> list[tuple[int, TensorType]]:
+    def op_run(self, key: int, inputs: list[int]
+               ) -> list[tuple[int, TensorType, int | None]]:
         executable = self._executable(key)
         outputs = executable.run([self._buffer(i) for i in inputs])
         if not isinstance(outputs, list | tuple):
@@ -624,7 +627,7 @@ class IsolatedExecutable(Executable):
                 self._state[:] = [device._generation, key]
             outputs = device._request("Executable.run", "run", self._state[1], keys,
                                       generation=self._state[0])
-            return [device._new_buffer(key, ttype) for key, ttype in outputs]
+            return [device._new_buffer(*output) for output in outputs]
 
     def profile(self) -> Profile | None:
         device = self.device
@@ -790,8 +793,8 @@ class IsolatedDevice(Device):
             raise self._stale(call, generation)
         return key
 
-    def _new_buffer(self, key: int, ttype: TensorType) -> Buffer:
-        buffer = Buffer(self, ttype, (self._generation, key))
+    def _new_buffer(self, key: int, ttype: TensorType, checksum: int | None = None) -> Buffer:
+        buffer = Buffer(self, ttype, (self._generation, key), checksum)
         weakref.finalize(buffer, _queue_free, self._pending_buffers,
                          [self._generation, key]).atexit = False
         return buffer
@@ -808,8 +811,7 @@ class IsolatedDevice(Device):
 
     def upload(self, array: np.ndarray) -> Buffer:
         with self._lock:
-            key, ttype = self._request("Device.upload", "upload", array)
-            return self._new_buffer(key, ttype)
+            return self._new_buffer(*self._request("Device.upload", "upload", array))
 
     def download(self, buffer: Buffer) -> np.ndarray:
         with self._lock:

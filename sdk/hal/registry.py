@@ -13,17 +13,24 @@ import os
 import re
 import threading
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from polyhal.errors import AdapterContractError, DeviceError, PolyhalError
 from polyhal.hal.checked import CheckedDevice, guarded
 from polyhal.hal.checks import check_adapter_class
 from polyhal.hal.contract import Adapter, Device
 
+if TYPE_CHECKING:
+    from polyhal.hal.isolation import Channel, WorkerSpec
+    from polyhal.hal.remote import RayHost
+
 ENTRY_POINT_GROUP = "polyhal.adapters"
 _ADDRESS = re.compile(r"([a-z][a-z0-9-]*)(?::(\d+))?")
+HOSTS = ("process", "ray")
+"""The ``open_device(host=)`` names: a local worker process, a Ray actor."""
 
 
 @dataclass(frozen=True)
@@ -133,20 +140,27 @@ def parse_address(address: str) -> tuple[str, int]:
 
 
 def open_device(address: str, *, isolate: bool = False, timeout: float | None = None,
-                **options: Any) -> Device:
+                host: str | RayHost | None = None, **options: Any) -> Device:
     """Open the device at ``ADAPTER[:INDEX]``, checked against the contract.
 
     With ``isolate=True`` (forced for adapters that declare ``always_isolate``)
     the device lives in a worker process: a crash or a
     hang (past ``timeout`` seconds per call) becomes a :class:`DeviceError`,
     and the worker restarts on the next call.
+
+    ``host`` says where that worker runs: ``None`` or ``"process"``, a local
+    process; ``"ray"`` or a :class:`~polyhal.hal.remote.RayHost` (its resources
+    and node), a Ray actor — isolation is then implied. Ray comes with
+    ``pip install 'polyhal[distributed]'``.
     """
     name, index = parse_address(address)
     adapter = get_adapter(name)
-    if isolate or type(adapter).always_isolate:
+    channel_factory = _channel_factory(host, f"{name}:{index}")
+    if isolate or channel_factory is not None or type(adapter).always_isolate:
         from polyhal.hal.isolation import IsolatedDevice
 
-        inner: Device = IsolatedDevice(name, index, options, timeout=timeout)
+        inner: Device = IsolatedDevice(name, index, options, timeout=timeout,
+                                       channel_factory=channel_factory)
     else:
         inner = guarded(f"{name}:{index} Adapter.open", lambda: adapter.open(index, **options))
         if not isinstance(inner, Device):
@@ -155,6 +169,21 @@ def open_device(address: str, *, isolate: bool = False, timeout: float | None = 
         inner.adapter = adapter
         inner.index = index
     return CheckedDevice(inner, f"{name}:{index}")
+
+
+def _channel_factory(host: str | RayHost | None, address: str
+                     ) -> Callable[[WorkerSpec], Channel] | None:
+    """The worker channel factory for ``open_device(host=)``; None: a local process."""
+    if host is None or host == "process":
+        return None
+    from polyhal.hal.remote import RayHost
+
+    if host == "ray":
+        host = RayHost()
+    if not isinstance(host, RayHost):
+        raise PolyhalError(f"open_device({address!r}): unknown host {host!r}; expected "
+                           f"{', '.join(map(repr, HOSTS))} or a RayHost")
+    return host.channel_factory()
 
 
 def probe_all() -> list[tuple[str, list[Any] | None, str]]:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from polyhal.errors import UnsupportedError
+from polyhal.errors import PolyhalError, UnsupportedError
 from polyhal.hal.capabilities import PRECISIONS, Capabilities
 from polyhal.hal.contract import Buffer, CompileOptions, Device, Executable, Profile
 from polyhal.hal.registry import open_device
@@ -17,6 +18,7 @@ from polyhal.ir.graph import Graph
 from polyhal.ir.types import TensorType
 from polyhal.passes.specialize import specialize
 from polyhal.reference.executor import bind_inputs
+from polyhal.runtime import tracing
 from polyhal.runtime.placement import Partition, Placement, decompose_for, place
 
 
@@ -82,7 +84,9 @@ class CompiledGraph:
                             if isinstance(dim, str):
                                 bindings.setdefault(dim, size)  # type: ignore[arg-type]
                     graph = specialize(graph, bindings)
-                self._cache[key] = device.compile(graph, self.options)
+                with tracing.span(f"compile {graph.name}", "compile", part.device, partition=index,
+                                  nodes=len(graph.nodes)):
+                    self._cache[key] = device.compile(graph, self.options)
                 self.stats.compiles += 1
             return self._cache[key]
 
@@ -98,13 +102,14 @@ class CompiledGraph:
                        for name in (v.name for v in part.graph.inputs)]
             executable = self._executable(index, part, tuple(b.type for b in buffers))
             ran.append((part.device, executable))
-            for value, buffer in zip(part.graph.outputs, executable.run(buffers), strict=True):
+            outputs = self._run(index, part, executable, buffers)
+            for value, buffer in zip(part.graph.outputs, outputs, strict=True):
                 located[value.name] = (part.device, buffer)
         results = Outputs()
         for value in self.source.outputs:
             if value.name in located:
                 address, buffer = located[value.name]
-                results[value.name] = self.devices[address].download(buffer)
+                results[value.name] = self._download(value.name, address, buffer, tracing.HOST)
             elif value.name in host:
                 results[value.name] = np.array(host[value.name], copy=True)
             else:
@@ -120,15 +125,77 @@ class CompiledGraph:
 
     def _fetch(self, name: str, address: str, device: Device, host: dict[str, np.ndarray],
                located: dict[str, tuple[str, Buffer]]) -> Buffer:
+        source = tracing.HOST
         if name in located:
             source, buffer = located[name]
             if source == address:
                 return buffer
-            host[name] = self.devices[source].download(buffer)
+            host[name] = self._download(name, source, buffer, address)
             self.stats.transfers += 1
-        buffer = device.upload(host[name])
+        buffer = self._upload(name, device, host[name], source)
         located[name] = (address, buffer)
         return buffer
+
+    # Each of these helpers records a span while a recording is active
+    # (polyhal.runtime.tracing), and is the bare call otherwise. Transfer args
+    # name the ends of the whole transfer: a download between partitions and
+    # the upload it feeds carry the same ones.
+
+    def _download(self, name: str, address: str, buffer: Buffer, to: str) -> np.ndarray:
+        device = self.devices[address]
+        if not tracing.active():
+            return device.download(buffer)
+        with tracing.span(f"download {name}", "transfer", address, value=name,
+                          from_device=address, to_device=to) as args:
+            array = device.download(buffer)
+            args["bytes"] = array.nbytes
+        return array
+
+    def _upload(self, name: str, device: Device, array: np.ndarray, source: str) -> Buffer:
+        if not tracing.active():
+            return device.upload(array)
+        with tracing.span(f"upload {name}", "transfer", device.address, value=name,
+                          bytes=array.nbytes, from_device=source, to_device=device.address):
+            return device.upload(array)
+
+    def _run(self, index: int, part: Partition, executable: Executable,
+             buffers: list[Buffer]) -> list[Buffer]:
+        """Run one partition: while recording, as a ``run`` span (``run,fallback`` on a
+        fallback device) holding the device's per-node times and counters."""
+        if not tracing.active():
+            return executable.run(buffers)
+        name = f"run {part.graph.name}" + (" (fallback)" if part.fallback else "")
+        with tracing.span(name, "run,fallback" if part.fallback else "run", part.device,
+                          partition=index, nodes=len(part.graph.nodes), fallback=part.fallback):
+            start = time.perf_counter()
+            outputs = executable.run(buffers)
+            end = time.perf_counter()
+        _trace_profile(executable, part.device, index, start, end)
+        return outputs
+
+
+def _trace_profile(executable: Executable, lane: str, index: int, start: float,
+                   end: float) -> None:
+    """Record what ``executable.profile()`` measured of the run from ``start`` to
+    ``end``: its per-node seconds laid out in order from ``start`` (scaled down to
+    end by ``end``) as ``node`` spans, and its counters. A failing ``profile()`` is
+    recorded as a ``fault`` instant: it does not fail the run."""
+    try:
+        profile = executable.profile()
+    except PolyhalError as exc:
+        tracing.instant("profile failed", "fault", lane, partition=index, error=str(exc))
+        return
+    if profile is None:
+        return
+    total = sum(profile.nodes.values())
+    scale = min(1.0, (end - start) / total) if total > 0 else 0.0
+    at = start
+    for node, seconds in profile.nodes.items():
+        until = min(at + seconds * scale, end)
+        tracing.add_span(node, "node", lane, at, until, partition=index, seconds=seconds)
+        at = until
+    for counter, value in profile.counters.items():
+        tracing.instant(counter, "counter", lane, value=value)
 
 
 def _nothing(caps: Capabilities) -> Capabilities:
@@ -162,8 +229,12 @@ def compile(graph: Graph, device: str | Device = "reference",
                                f"{', '.join(sorted(PRECISIONS))}")
     fallbacks = [] if fallback is None else (
         [fallback] if isinstance(fallback, str | Device) else list(fallback))
-    devices = [d if isinstance(d, Device) else shared_device(d, isolate)
-               for d in [device, *fallbacks]]
-    if len({d.address for d in devices}) != len(devices):
-        raise UnsupportedError("compile: a device is listed twice")
-    return CompiledGraph(graph, devices, CompileOptions(precision, dict(options or {})))
+    with tracing.span(f"place {graph.name}", "compile", tracing.HOST) as args:
+        devices = [d if isinstance(d, Device) else shared_device(d, isolate)
+                   for d in [device, *fallbacks]]
+        if len({d.address for d in devices}) != len(devices):
+            raise UnsupportedError("compile: a device is listed twice")
+        compiled = CompiledGraph(graph, devices, CompileOptions(precision, dict(options or {})))
+        args.update(devices=list(compiled.devices), partitions=len(compiled.placement.partitions),
+                    fallbacks=compiled.placement.fallback_count)
+    return compiled

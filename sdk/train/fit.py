@@ -11,19 +11,22 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from polyhal.errors import CheckpointError, TrainingError
+from polyhal.errors import CheckpointError, DeviceError, TrainingError
 from polyhal.hal.contract import Device
 from polyhal.ir.types import TensorType
-from polyhal.train.checkpoint import load_checkpoint, save_checkpoint
+from polyhal.runtime.session import Session
+from polyhal.train.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from polyhal.train.history import History, Progress
 from polyhal.train.losses import Loss, get_loss
 from polyhal.train.optim import Adam, Optimizer
+from polyhal.train.parallel import SessionTrainer
 from polyhal.train.precision import compute_dtype
 from polyhal.train.step import Model, Trainer, forward_graph, loss_graph
 
@@ -169,7 +172,8 @@ class _EpochSums:
 
 
 def evaluate(model: Model, data: Batch | Iterable[Batch], *, loss: str | Loss = "cross_entropy",
-             metrics: Sequence[str | Metric] | None = None, device: str | Device = "cpu",
+             metrics: Sequence[str | Metric] | None = None,
+             device: str | Device | Session = "cpu",
              batch_size: int = 256, precision: str = "fp32",
              fallback: str | None = "reference") -> dict[str, float]:
     """The loss and metrics of ``model`` on ``data`` (means over samples), computed on
@@ -188,7 +192,8 @@ def evaluate(model: Model, data: Batch | Iterable[Batch], *, loss: str | Loss = 
         key = (TensorType.of(x), TensorType.of(y))
         if key not in compiled:
             graph = loss_graph(forward_graph(model, key[0], precision), key[1], loss_fn, False)
-            compiled[key] = polyhal.compile(graph, device=device, fallback=fallback)
+            compiled[key] = (device.compile(graph) if isinstance(device, Session) else
+                             polyhal.compile(graph, device=device, fallback=fallback))
         out = compiled[key](x=x, target=y, **params)
         sums.add("samples", 1.0, len(x))
         sums.add("loss", float(out["loss"]), len(x))
@@ -199,19 +204,21 @@ def evaluate(model: Model, data: Batch | Iterable[Batch], *, loss: str | Loss = 
 
 def fit(model: Model, data: Batch | Iterable[Batch], *, epochs: int = 1, batch_size: int = 32,
         loss: str | Loss = "cross_entropy", optimizer: Optimizer | None = None,
-        device: str | Device = "cpu", metrics: Sequence[str | Metric] | None = None,
+        device: str | Device | Session = "cpu", metrics: Sequence[str | Metric] | None = None,
         validation_data: Batch | Iterable[Batch] | None = None, shuffle: bool = True,
         seed: int = 0, precision: str = "fp32", clip_norm: float | None = None,
         lr_schedule: Callable[[int, int], float] | None = None,
         checkpoint: str | os.PathLike[str] | None = None,
         checkpoint_every: int | str = "epoch", resume: bool = False, progress: bool = True,
         callbacks: Sequence[Callable[[StepInfo], Any]] = (),
-        fallback: str | None = "reference") -> History:
+        fallback: str | None = "reference", max_recoveries: int = 3) -> History:
     """Train ``model`` on ``data`` and return the per-epoch :class:`History`.
 
     ``data`` is ``(inputs, targets)`` arrays (shuffled each epoch when ``shuffle``)
     or a re-iterable of ``(inputs, targets)`` batches. Every step runs as one graph
-    on ``device`` (nodes it lacks fall back to ``fallback``). ``optimizer``
+    on ``device`` (nodes it lacks fall back to ``fallback``); over a
+    :class:`~polyhal.runtime.Session` each batch is split into the session's
+    micro-batches (see :mod:`polyhal.train.parallel`). ``optimizer``
     defaults to ``Adam(1e-3)``; ``lr_schedule(step, epoch)`` overrides its learning
     rate per step. ``precision="fp16"|"bf16"`` trains with mixed precision (see
     :mod:`polyhal.train.precision`); ``clip_norm`` clips the gradients' global L2
@@ -219,6 +226,12 @@ def fit(model: Model, data: Batch | Iterable[Batch], *, epochs: int = 1, batch_s
     ``checkpoint_every`` steps (or ``"epoch"``) and at the end; ``resume=True``
     continues from it when it exists (the configuration must match).
     ``callbacks`` are called with a :class:`StepInfo` after every step.
+
+    **Faults.** The state at every checkpoint is also kept in memory (with or
+    without a ``checkpoint`` file, from the start of the run on). When a step
+    raises ``DeviceError``, training resumes from that state and replays the
+    same batches, up to ``max_recoveries`` times; each recovery is recorded in
+    ``History.recoveries`` with the seconds it took to get back to the failed step.
     """
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0:
         raise TrainingError(f"epochs={epochs!r} must be a non-negative integer")
@@ -226,87 +239,116 @@ def fit(model: Model, data: Batch | Iterable[Batch], *, epochs: int = 1, batch_s
     if every != "epoch" and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
         raise TrainingError(f"checkpoint_every={every!r} must be 'epoch' or a positive "
                             "integer")
+    if isinstance(max_recoveries, bool) or not isinstance(max_recoveries, int) \
+            or max_recoveries < 0:
+        raise TrainingError(f"max_recoveries={max_recoveries!r} must be a non-negative "
+                            "integer")
     optimizer = optimizer if optimizer is not None else Adam(1e-3)
     loss_fn = get_loss(loss)
     chosen = _metrics(metrics, loss)
     batches = _Data(data, batch_size, shuffle, seed, input_dtype(model))
-    trainer = Trainer(model, loss_fn, optimizer, device, precision, clip_norm, fallback)
+    trainer: Trainer | SessionTrainer = (
+        SessionTrainer(model, loss_fn, optimizer, device, precision, clip_norm)
+        if isinstance(device, Session) else
+        Trainer(model, loss_fn, optimizer, device, precision, clip_norm, fallback))
     config = _config(batches, loss, optimizer, precision, clip_norm)
     history, step, start_epoch, skip, sums = History(), 0, 0, 0, _EpochSums()
     if resume and checkpoint is not None and os.path.exists(checkpoint):
-        history, step, start_epoch, skip, sums = _restore(checkpoint, model, trainer, config)
+        history, step, start_epoch, skip, sums = _restore(
+            load_checkpoint(checkpoint), str(checkpoint), model, trainer, config)
 
-    def save(epoch: int, batch: int, current: _EpochSums) -> None:
-        assert checkpoint is not None
+    def save(epoch: int, batch: int, current: _EpochSums, write: bool) -> Checkpoint:
         arrays = {f"param/{k}": v for k, v in model.state_dict().items()}
         arrays.update({f"state/{k}": v for k, v in trainer.state.items()})
-        save_checkpoint(checkpoint, arrays, {
+        state = Checkpoint(arrays, {
             "config": config, "step": step, "epoch": epoch, "batch": batch,
-            "sums": current.sums, "history": history.to_dict(),
+            "sums": json.loads(json.dumps(current.sums)), "history": history.to_dict(),
             "scaler": trainer.scaler.state()})
+        if write and checkpoint is not None:
+            save_checkpoint(checkpoint, state.arrays, state.meta)
+        return state
 
+    snapshot = save(start_epoch, skip, sums, write=False)
+    recoveries: list[dict[str, Any]] = []
+    failed: tuple[int, float, str] | None = None  # the step that faulted, when, why
     bar = Progress(epochs, batches.steps, progress)
-    for epoch in range(start_epoch, epochs):
-        bar.begin_epoch()
-        done = 0
-        for x, y in batches.batches(epoch):
-            done += 1
-            if done <= skip:
-                continue  # replayed up to the checkpoint
-            lr = optimizer.lr if lr_schedule is None else float(lr_schedule(step, epoch))
-            result = trainer.step(x, y, lr)
-            step += 1
-            if result.finite:
-                sums.add("samples", 1.0, len(x))
-                sums.add("loss", result.loss, len(x))
-                for name, metric in chosen.items():
-                    sums.add(name, metric(result.predictions, y), len(x))
-            else:
-                history.skipped_steps += 1
-            bar.update(epoch, done, result.loss)
-            written = checkpoint is not None and every != "epoch" and step % int(every) == 0
-            if written:
-                save(epoch, done, sums)
-            for callback in callbacks:
-                callback(StepInfo(epoch, step, done, result.loss, result.finite, written))
-        if done == 0 and skip == 0:
-            raise TrainingError(f"epoch {epoch + 1} had no batches (a one-shot iterator "
-                                "cannot be trained on for several epochs)")
-        skip = 0
-        summary = sums.means()
-        if validation_data is not None:
-            validation = evaluate(model, validation_data, loss=loss, metrics=metrics,
-                                  device=device, precision=precision, fallback=fallback)
-            summary.update({f"val_{k}": v for k, v in validation.items()})
-        history.epochs.append(summary)
-        bar.end_epoch(epoch, summary)
-        sums = _EpochSums()
-        if checkpoint is not None and (every == "epoch" or epoch == epochs - 1):
-            save(epoch + 1, 0, sums)
+    while True:
+        try:
+            for epoch in range(start_epoch, epochs):
+                bar.begin_epoch()
+                done = 0
+                for x, y in batches.batches(epoch):
+                    done += 1
+                    if done <= skip:
+                        continue  # replayed up to the checkpoint
+                    lr = optimizer.lr if lr_schedule is None else float(lr_schedule(step, epoch))
+                    result = trainer.step(x, y, lr)
+                    step += 1
+                    if failed is not None and step > failed[0]:
+                        recoveries.append({"step": failed[0] + 1, "error": failed[2],
+                                           "seconds": time.perf_counter() - failed[1]})
+                        failed = None
+                    if result.finite:
+                        sums.add("samples", 1.0, len(x))
+                        sums.add("loss", result.loss, len(x))
+                        for name, metric in chosen.items():
+                            sums.add(name, metric(result.predictions, y), len(x))
+                    else:
+                        history.skipped_steps += 1
+                    bar.update(epoch, done, result.loss)
+                    written = every != "epoch" and step % int(every) == 0
+                    if written:
+                        snapshot = save(epoch, done, sums, write=True)
+                    for callback in callbacks:
+                        callback(StepInfo(epoch, step, done, result.loss, result.finite,
+                                          written and checkpoint is not None))
+                if done == 0 and skip == 0:
+                    raise TrainingError(f"epoch {epoch + 1} had no batches (a one-shot "
+                                        "iterator cannot be trained on for several epochs)")
+                skip = 0
+                summary = sums.means()
+                if validation_data is not None:
+                    validation = evaluate(model, validation_data, loss=loss, metrics=metrics,
+                                          device=device, precision=precision,
+                                          fallback=fallback)
+                    summary.update({f"val_{k}": v for k, v in validation.items()})
+                history.epochs.append(summary)
+                bar.end_epoch(epoch, summary)
+                sums = _EpochSums()
+                if every == "epoch" or epoch == epochs - 1:
+                    snapshot = save(epoch + 1, 0, sums, write=True)
+            break
+        except DeviceError as exc:
+            if len(recoveries) + (failed is not None) >= max_recoveries:
+                raise
+            if failed is None:
+                failed = (step, time.perf_counter(), " ".join(str(exc).split())[:300])
+            history, step, start_epoch, skip, sums = _restore(snapshot, "the last snapshot",
+                                                              model, trainer, config)
+    history.recoveries = recoveries
     return history
 
 
-def _restore(path: str | os.PathLike[str], model: Model, trainer: Trainer,
+def _restore(saved: Checkpoint, where: str, model: Model, trainer: Trainer | SessionTrainer,
              config: dict[str, Any]) -> tuple[History, int, int, int, _EpochSums]:
-    saved = load_checkpoint(path)
     meta = saved.meta
     differing = sorted(k for k in set(config) | set(meta.get("config", {}))
                        if config.get(k) != meta.get("config", {}).get(k))
     if differing:
-        raise CheckpointError(f"checkpoint {path} was written by a run with other settings: "
+        raise CheckpointError(f"checkpoint {where} was written by a run with other settings: "
                               + "; ".join(f"{k}: checkpoint {meta['config'].get(k)!r}, now "
                                           f"{config.get(k)!r}" for k in differing))
     params = {k[len("param/"):]: v for k, v in saved.arrays.items() if k.startswith("param/")}
     state = {k[len("state/"):]: v for k, v in saved.arrays.items() if k.startswith("state/")}
     if set(state) != set(trainer.state):
-        raise CheckpointError(f"checkpoint {path}: optimizer state {sorted(state)} does not "
+        raise CheckpointError(f"checkpoint {where}: optimizer state {sorted(state)} does not "
                               f"match the optimizer's {sorted(trainer.state)}")
     try:
         model.load_state_dict(params)
     except Exception as exc:  # the model names what does not fit
-        raise CheckpointError(f"checkpoint {path}: the parameters do not fit the model: "
+        raise CheckpointError(f"checkpoint {where}: the parameters do not fit the model: "
                               f"{exc}") from None
-    trainer.state = state
+    trainer.state = dict(state)
     for key, value in meta["scaler"].items():
         setattr(trainer.scaler, key, value)
     return (History.from_dict(meta["history"]), int(meta["step"]), int(meta["epoch"]),

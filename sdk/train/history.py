@@ -16,6 +16,9 @@ class History:
     epochs: list[dict[str, float]] = field(default_factory=list)
     skipped_steps: int = 0
     """Mixed precision: steps skipped because a gradient overflowed."""
+    recoveries: list[dict[str, Any]] = field(default_factory=list)
+    """Device faults training resumed from: ``step`` (1-based) that failed, ``error``
+    (its message, on one line) and ``seconds`` from the fault until that step was done again."""
 
     def __getitem__(self, metric: str) -> list[float]:
         return [epoch[metric] for epoch in self.epochs if metric in epoch]
@@ -27,12 +30,14 @@ class History:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serializable copy."""
-        return {"epochs": [dict(e) for e in self.epochs], "skipped_steps": self.skipped_steps}
+        return {"epochs": [dict(e) for e in self.epochs], "skipped_steps": self.skipped_steps,
+                "recoveries": [dict(r) for r in self.recoveries]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> History:
         """The inverse of :meth:`to_dict`."""
-        return cls([dict(e) for e in data.get("epochs", [])], int(data.get("skipped_steps", 0)))
+        return cls([dict(e) for e in data.get("epochs", [])], int(data.get("skipped_steps", 0)),
+                   [dict(r) for r in data.get("recoveries", [])])
 
 
 def _format(metrics: dict[str, float]) -> str:

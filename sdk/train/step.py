@@ -65,7 +65,7 @@ def _all_finite(grads: Sequence[Var]) -> Var:
     return result
 
 
-def _clipped(grads: dict[str, Var], max_norm: float) -> dict[str, Var]:
+def clipped(grads: dict[str, Var], max_norm: float) -> dict[str, Var]:
     """``grads`` scaled so their global L2 norm is at most ``max_norm``."""
     squares = [ops.reduce_sum(g * g, keepdims=0) for g in grads.values()]
     total = squares[0]
@@ -133,7 +133,7 @@ def step_graph(model: Model, input_type: TensorType, target_type: TensorType, lo
     if clip_norm is not None:
         if not clip_norm > 0:
             raise IRError(f"clip_norm={clip_norm} must be > 0")
-        grads = _clipped(grads, clip_norm)
+        grads = clipped(grads, clip_norm)
     new_params, new_state = optimizer.update(params, grads, state, lr)
     g.output(env["loss"], name="loss")
     g.output(env["y"], name="y")

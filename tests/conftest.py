@@ -1,0 +1,29 @@
+"""Fixtures shared across test folders."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = str(Path(__file__).resolve().parents[1])
+QUIET_RAY = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+@pytest.fixture(scope="session")
+def ray_instance():
+    """A local Ray on loopback with 2 CPUs, started once for the test run; its workers
+    can import ``tests``. Ray is in the ``test`` extra: a missing Ray fails here."""
+    import ray
+
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in QUIET_RAY.items():
+            patch.setenv(key, value)
+        path = os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p)
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 _node_ip_address="127.0.0.1", runtime_env={"env_vars": {"PYTHONPATH": path}})
+        try:
+            yield ray
+        finally:
+            ray.shutdown()
