@@ -169,3 +169,29 @@ def test_bad_arguments_and_inputs_are_named():
             compiled.submit(x=np.ones((2, 8)))
     with pytest.raises(PolyhalError, match="closed"):
         compiled.submit(x=rows(2))
+
+
+def test_a_session_trace_shows_runs_transfers_faults_recoveries_and_fallbacks(tmp_path):
+    import json
+
+    import jsonschema
+
+    from polyhal.runtime import tracing
+    from tests.runtime.test_tracing import SCHEMA
+
+    graph = mlp()
+    devices = [faulty(0, error_at=[0]), faulty(1, error_rate=1.0)]
+    with tracing.recording() as trace, Session(devices, micro_batch=2, max_attempts=1,
+                                               probe_interval=0.01, timeout=30) as session:
+        session.compile(graph)(x=rows(6))
+        stats = session.stats
+    doc = json.loads(trace.save(tmp_path / "session.json").read_text())
+    jsonschema.validate(doc, SCHEMA, cls=jsonschema.Draft202012Validator)
+    lanes = {e.lane for e in trace.spans("run")}
+    assert {"faulty:0", "reference:0"} <= lanes
+    assert trace.spans("transfer") and trace.spans("recovery")  # uploads, probes
+    faults = [e for e in trace._sorted() if "fault" in e.categories]
+    assert len(faults) == stats.faults >= 1  # faulty:0 fails its first run, always
+    recovered = [e for e in trace._sorted() if e.name == "recovered"]
+    assert len(recovered) == len(stats.recoveries)
+    assert stats.fallbacks == len([e for e in trace.spans("fallback") if "#" in e.name]) >= 1
