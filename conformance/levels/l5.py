@@ -1,5 +1,8 @@
-"""L5 robustness: concurrent runs of one executable, asynchronous runs, and
-repeated compile/run cycles without growth in memory or open handles.
+"""L5 robustness: concurrent runs of one executable, asynchronous runs,
+repeated compile/run cycles without growth in memory or open handles, and
+faults: the device behind two ``faulty`` wrappers in a runtime ``Session``
+(injected run errors and corrupted transfers caught by checksums) gives every
+result, right, exactly once.
 
 Every call of every level also runs under the per-case timeout, so a hang is
 graded ``timeout`` rather than stopping the run.
@@ -85,6 +88,34 @@ def _cycles(case: Case, cycles: int, device: Device) -> tuple[bool, str]:
     return True, f"growth over {cycles} cycles: {growth}"
 
 
+FAULT_REQUESTS = 12
+
+
+def _faults(case: Case, device: Device) -> tuple[bool, str]:
+    from polyhal.runtime import Session
+
+    adapter = type(device.adapter)
+    inner = {"inner": device.address, "inner_adapter": f"{adapter.__module__}:"
+                                                        f"{adapter.__qualname__}"}
+    wrappers = [("faulty:0", {**inner, "error_at": [0, 2, 5]}),
+                ("faulty:1", {**inner, "corrupt_rate": 0.25, "checksum": True})]
+    timeout = getattr(getattr(device, "inner", None), "timeout", None)
+    with Session(wrappers, fallback=None, max_attempts=8, probe_interval=0.01,
+                 timeout=timeout) as session:
+        compiled = session.compile(case.graph)  # type: ignore[arg-type]
+        futures = [compiled.submit(*case.inputs) for _ in range(FAULT_REQUESTS)]
+        for future in futures:
+            result = grade(list(future.result().values()), case.expected,
+                           case.tolerance)  # type: ignore[arg-type]
+            if not result.ok:
+                return False, f"a result after recovery is wrong: {result.message}"
+        stats = session.stats
+    if stats.completed != FAULT_REQUESTS:
+        return False, f"{stats.completed} of {FAULT_REQUESTS} requests completed"
+    return True, (f"{FAULT_REQUESTS} requests right, {stats.faults} injected faults "
+                  f"recovered (mean {stats.mean_recovery_seconds * 1e3:.1f} ms)")
+
+
 def generate(caps: Capabilities, profile: Profile) -> Iterator[Case]:
     """The L5 cases of a device with ``caps``."""
     case = _first_case(caps, True)
@@ -93,5 +124,6 @@ def generate(caps: Capabilities, profile: Profile) -> Iterator[Case]:
     where = f"{case.op}/{case.dtype}"
     for label, check in (("threads", partial(_threads, case, profile.threads)),
                          ("async", partial(_async, case)),
-                         ("cycles", partial(_cycles, case, profile.cycles))):
+                         ("cycles", partial(_cycles, case, profile.cycles)),
+                         ("faults", partial(_faults, case))):
         yield Case(f"L5/{label}/{where}", "L5", case.op, case.dtype, label, check=check)

@@ -381,6 +381,26 @@ atexit.register(_stop_all_workers)
 # --------------------------------------------------------------------------- worker side
 
 
+def load_adapter_class(path: str, who: str) -> type:
+    """Import the adapter class at ``module:qualname`` and register it here (a process
+    that hosts a device may not have it registered); ``who`` names the importer in the
+    ``DeviceError`` raised when it cannot be imported."""
+    from polyhal.hal.registry import register
+
+    module, _, qualname = path.partition(":")
+    try:
+        cls: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            cls = getattr(cls, part)
+    except Exception as exc:
+        raise DeviceError(f"{who} cannot import the adapter class {path} "
+                          f"({type(exc).__name__}: {exc}); an adapter must be defined at "
+                          "module level to be hosted in another process") from exc
+    with contextlib.suppress(PolyhalError):  # already registered under that name
+        register(cls, replace=True)
+    return cls
+
+
 class WorkerServer:
     """The worker side of an isolated device, independent of the transport.
 
@@ -447,19 +467,7 @@ class WorkerServer:
     # The requests. Each returns something picklable.
 
     def op_open(self, adapter_path: str, name: str, index: int, options: dict) -> int:
-        from polyhal.hal.registry import register
-
-        module, _, qualname = adapter_path.partition(":")
-        try:
-            cls: Any = importlib.import_module(module)
-            for part in qualname.split("."):
-                cls = getattr(cls, part)
-        except Exception as exc:
-            raise DeviceError(f"{name}:{index}: the worker cannot import the adapter class "
-                              f"{adapter_path} ({type(exc).__name__}: {exc}); an adapter "
-                              "must be defined at module level to be isolated") from exc
-        with contextlib.suppress(PolyhalError):  # already registered under that name
-            register(cls, replace=True)
+        cls = load_adapter_class(adapter_path, f"{name}:{index}: the worker")
         adapter = cls()
         device = adapter.open(index, **options)
         if not isinstance(device, Device):

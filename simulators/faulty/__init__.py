@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
+from dataclasses import fields
 from typing import Any
 
 import numpy as np
@@ -40,6 +41,7 @@ from polyhal.hal import (
     buffer_checksum,
     open_device,
 )
+from polyhal.hal.isolation import load_adapter_class
 from polyhal.ir import Graph
 from polyhal.simulators.faulty.plan import FaultPlan, flip_one_bit
 
@@ -86,6 +88,8 @@ class FaultyDevice(Device):
     def __init__(self, plan: FaultPlan, index: int) -> None:
         self.plan = plan
         self.index = index
+        if plan.inner_adapter is not None:
+            load_adapter_class(plan.inner_adapter, f"faulty:{index}")
         self.inner = open_device(plan.inner, **plan.inner_options)
         self.rng = np.random.default_rng([plan.seed, index, os.getpid()])
         self.runs = 0
@@ -122,10 +126,7 @@ class FaultyAdapter(Adapter):
 
     def probe(self) -> list[DeviceInfo]:
         return [DeviceInfo(self.name, 0, "fault-injecting wrapper of another device",
-                           details={"options": "inner=ADDRESS, inner_options, error_rate, "
-                                               "hang_rate, "
-                                               "crash_rate, corrupt_rate, slowdown, checksum, "
-                                               "error_at, seed"})]
+                           details={"options": ", ".join(f.name for f in fields(FaultPlan))})]
 
     def open(self, index: int = 0, **options: Any) -> Device:
         return FaultyDevice(FaultPlan.from_options(options, f"faulty:{index}"), index)

@@ -30,6 +30,9 @@ class FaultPlan:
     """Address of the wrapped device, opened in the same worker process."""
     inner_options: Mapping[str, Any] = field(default_factory=dict)
     """``Adapter.open`` options of the wrapped device (``{"threads": 1}`` for ``cpu``)."""
+    inner_adapter: str | None = None
+    """``module:qualname`` of the wrapped device's adapter class, imported and registered
+    in the worker first: for an adapter that is not an installed entry point."""
     error_rate: float = 0.0
     """Probability that a run raises ``DeviceError``."""
     hang_rate: float = 0.0
@@ -67,6 +70,10 @@ class FaultPlan:
         if not isinstance(self.inner, str) or parse_address(self.inner)[0] == "faulty":
             raise PolyhalError(f"{where}: inner={self.inner!r} must be the address of another "
                                "device (e.g. 'cpu')")
+        if self.inner_adapter is not None and (not isinstance(self.inner_adapter, str)
+                                               or ":" not in self.inner_adapter):
+            raise PolyhalError(f"{where}: inner_adapter={self.inner_adapter!r} must be "
+                               "'module:qualname' of an adapter class")
         if not isinstance(self.inner_options, Mapping):
             raise PolyhalError(f"{where}: inner_options={self.inner_options!r} must be a "
                                "mapping of option names to values")

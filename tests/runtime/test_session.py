@@ -195,3 +195,16 @@ def test_a_session_trace_shows_runs_transfers_faults_recoveries_and_fallbacks(tm
     recovered = [e for e in trace._sorted() if e.name == "recovered"]
     assert len(recovered) == len(stats.recoveries)
     assert stats.fallbacks == len([e for e in trace.spans("fallback") if "#" in e.name]) >= 1
+
+
+def test_waiting_work_fails_once_no_device_has_been_healthy_for_give_up_after():
+    # The worker cannot even start (its inner adapter cannot be imported): every probe
+    # fails, and without a fallback the queued call must not wait forever.
+    broken = ("faulty:0", {"inner_adapter": "no.such.module:Adapter"})
+    with Session([broken], fallback=None, give_up_after=0.5, probe_interval=0.05,
+                 max_attempts=100, timeout=30) as session:
+        future = session.compile(mlp()).submit(x=rows(2))
+        with pytest.raises(DeviceError, match=r"no device of the session has been healthy "
+                                              r"for 0\.5 s: faulty:0: probe: .*cannot import"):
+            future.result(timeout=60)
+        assert session.health()["faulty:0"].state == "unhealthy"
