@@ -5,7 +5,10 @@ order. Each runs the model's gradient graph (forward, loss, backward) on
 whichever session device takes it; the host then reduces the losses and
 gradients over the micro-batches in their fixed order, weighting each by its
 share of the batch (the loss is a mean over samples), in float64, and applies
-the optimizer's update graph on the host's reference device. So the weights
+the optimizer's update graph on the host's reference device. In fp16/bf16 the
+graph differentiates the scaled loss and the host unscales the reduced
+gradients and skips a step whose gradients are not all finite (dynamic loss
+scaling, :mod:`polyhal.train.precision`). So the weights
 after a step do not depend on which device ran which micro-batch, nor on the
 faults the session recovered from, provided the devices compute the same
 gradients (devices of one adapter do).
@@ -25,7 +28,7 @@ from polyhal.ir.graph import Graph
 from polyhal.ir.types import TensorType
 from polyhal.train.losses import Loss
 from polyhal.train.optim import Optimizer
-from polyhal.train.precision import LossScaler
+from polyhal.train.precision import LossScaler, compute_dtype
 from polyhal.train.step import NEXT, Model, StepResult, clipped, forward_graph, loss_graph
 
 if TYPE_CHECKING:
@@ -36,11 +39,15 @@ GRAD = "grad/"
 
 
 def gradient_graph(model: Model, input_type: TensorType, target_type: TensorType,
-                   loss: Loss) -> Graph:
-    """Inputs ``x``, ``target`` and the parameters; outputs ``loss``, ``y``, then the
-    gradient of ``loss`` for each trainable parameter, in ``trainable_names`` order."""
-    with_loss = loss_graph(forward_graph(model, input_type, "fp32"), target_type, loss, False)
-    return grad(with_loss, wrt=model.trainable_names(), of="loss")
+                   loss: Loss, precision: str = "fp32") -> Graph:
+    """Inputs ``x``, ``target``, the parameters and, in fp16/bf16, ``loss_scale``; outputs
+    ``loss``, ``y`` (and ``scaled_loss``), then the gradient of the (scaled) loss for each
+    trainable parameter, in ``trainable_names`` order."""
+    scaled = compute_dtype(precision) is not None
+    with_loss = loss_graph(forward_graph(model, input_type, precision), target_type, loss,
+                           scaled)
+    return grad(with_loss, wrt=model.trainable_names(),
+                of="scaled_loss" if scaled else "loss")
 
 
 def update_graph(params: dict[str, np.ndarray], state: dict[str, np.ndarray],
@@ -68,16 +75,13 @@ class SessionTrainer:
 
     def __init__(self, model: Model, loss: Loss, optimizer: Optimizer, session: Session,
                  precision: str = "fp32", clip_norm: float | None = None) -> None:
-        if precision != "fp32":
-            raise TrainingError(f"training over a Session runs in fp32, not {precision!r} "
-                                "(mixed precision needs the loss scale in the gradient "
-                                "reduction, which is not supported yet)")
+        compute_dtype(precision)  # an unknown precision fails here
         if session.micro_batch is None:
             raise TrainingError("training over a Session needs Session(micro_batch=N)")
         if clip_norm is not None and not clip_norm > 0:
             raise TrainingError(f"clip_norm={clip_norm} must be > 0")
         self.model, self.loss, self.optimizer = model, loss, optimizer
-        self.session, self.clip_norm = session, clip_norm
+        self.session, self.clip_norm, self.precision = session, clip_norm, precision
         self.trainable = model.trainable_names()
         if not self.trainable:
             raise TrainingError("the model has no trainable parameters")
@@ -90,26 +94,37 @@ class SessionTrainer:
     def _gradient(self, x: np.ndarray, y: np.ndarray) -> SessionGraph:
         key = (TensorType.of(x), TensorType.of(y))
         if key not in self._gradients:
-            graph = gradient_graph(self.model, key[0], key[1], self.loss)
+            graph = gradient_graph(self.model, key[0], key[1], self.loss, self.precision)
             self._gradients[key] = self.session.compile(graph)
         return self._gradients[key]
 
     def step(self, x: np.ndarray, y: np.ndarray, lr: float) -> StepResult:
-        """One optimization step on one batch; updates the model's parameters."""
+        """One optimization step on one batch; updates the model's parameters (in
+        fp16/bf16 only when every gradient is finite, as in :mod:`polyhal.train.precision`)."""
         size = self.session.micro_batch
         assert size is not None
         params = self.model.state_dict()
+        scaled = compute_dtype(self.precision) is not None
+        extra = {"loss_scale": np.asarray(self.scaler.scale, np.float32)} if scaled else {}
         futures = [self._gradient(x[i:i + size], y[i:i + size]).submit(
-                       x=x[i:i + size], target=y[i:i + size], **params)
+                       x=x[i:i + size], target=y[i:i + size], **params, **extra)
                    for i in range(0, len(x), size)]
         parts = [f.result() for f in futures]
         weights = [len(p["y"]) / len(x) for p in parts]
         loss = sum(w * float(p["loss"]) for w, p in zip(weights, parts, strict=True))
+        first = 3 if scaled else 2  # loss, y (, scaled_loss), then the gradients
+        unscale = 1.0 / self.scaler.scale
         grads = {}
         for position, name in enumerate(self.trainable):
-            total = sum(w * p[2 + position].astype(np.float64)
+            total = sum(w * p[first + position].astype(np.float64)
                         for w, p in zip(weights, parts, strict=True))
-            grads[GRAD + name] = np.asarray(total).astype(params[name].dtype)
+            grads[GRAD + name] = (np.asarray(total) * unscale).astype(params[name].dtype)
+        predictions = np.concatenate([p["y"] for p in parts], axis=0)
+        finite = bool(np.isfinite(loss)) and all(np.isfinite(g).all() for g in grads.values())
+        if scaled:
+            self.scaler.update(finite)
+        if not finite:
+            return StepResult(loss, predictions, False)  # skipped: nothing changes
         trainable = {n: params[n] for n in self.trainable}
         if self._update is None:
             graph = update_graph(trainable, self.state, self.optimizer, self.clip_norm)
@@ -117,5 +132,4 @@ class SessionTrainer:
         out = self._update(**trainable, **grads, **self.state, lr=np.asarray(lr, np.float32))
         self.model.load_state_dict({**params, **{n: out[NEXT + n] for n in self.trainable}})
         self.state = {n: out[NEXT + n] for n in self.state}
-        predictions = np.concatenate([p["y"] for p in parts], axis=0)
-        return StepResult(loss, predictions, bool(np.isfinite(loss)))
+        return StepResult(loss, predictions, True)

@@ -79,10 +79,22 @@ def test_session_training_matches_single_device_training(data, fault_free):
         np.testing.assert_allclose(fault_free[0][name], value, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_mixed_precision_over_a_session_tracks_single_device_training(data, precision):
+    weights, history, _ = _train(_devices(error_at=[1]), data, precision=precision)
+    model = _model()
+    reference = train.fit(model, data, epochs=2, batch_size=32, device="reference",
+                          optimizer=train.Adam(1e-2), progress=False, fallback=None,
+                          precision=precision)
+    np.testing.assert_allclose(history["loss"], reference["loss"], rtol=2e-2)
+    for name, value in model.state_dict().items():
+        np.testing.assert_allclose(weights[name], value, rtol=5e-2, atol=5e-3, err_msg=name)
+
+
 def test_training_over_a_session_refuses_what_it_cannot_do(data):
     with Session(_devices()[:1], micro_batch=8, timeout=30) as session, \
-            pytest.raises(TrainingError, match="fp32, not 'fp16'"):
-        train.fit(_model(), data, device=session, precision="fp16", progress=False)
+            pytest.raises(TrainingError, match="precision='fp8'"):
+        train.fit(_model(), data, device=session, precision="fp8", progress=False)
     with Session(_devices()[:1], micro_batch=None, timeout=30) as session, \
             pytest.raises(TrainingError, match="micro_batch"):
         train.fit(_model(), data, device=session, progress=False)
