@@ -9,6 +9,8 @@ missing=()
 command -v g++ >/dev/null || missing+=(g++)
 command -v make >/dev/null || missing+=(make)
 command -v iverilog >/dev/null || missing+=(iverilog)
+# The HTML report's browser test drives Debian's Chromium through playwright.
+command -v chromium >/dev/null || missing+=(chromium)
 if ((${#missing[@]})); then
     apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
 fi

@@ -104,8 +104,23 @@ def _cmd_check_adapter(args: argparse.Namespace) -> int:
         dtypes = sorted({d.value for ds in caps.ops.values() for d in ds})
         console.print(f"claims {len(caps.ops)} ops ({', '.join(caps.claimed_ops)}) in "
                       f"{', '.join(dtypes)}", markup=False)
+        _print_next_ops(console, caps)
     console.print("contract OK" if report.ok else "contract BROKEN")
     return 0 if report.ok else 1
+
+
+def _print_next_ops(console: Console, caps: object) -> None:
+    from polyhal.conformance.coverage import next_ops
+
+    ranked = next_ops(caps)  # type: ignore[arg-type]
+    if not ranked:
+        return
+    table = Table(title="implement next: L1 cases unlocked (ci)")
+    table.add_column("op")
+    table.add_column("cases", justify="right")
+    for op, count in ranked:
+        table.add_row(op, str(count))
+    console.print(table)
 
 
 def _cmd_conformance(args: argparse.Namespace) -> int:
@@ -115,6 +130,8 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
     from polyhal.conformance.report import write_report
     from polyhal.hal import adapters, get_adapter
 
+    if args.compare:
+        return _compare(args)
     names = args.adapters or [n for n in adapters() if _builtin(n) and any(
         d.available for d in get_adapter(n).probe())]
     console = Console(width=args.width)
@@ -163,6 +180,19 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
             console.print(f"  report: {', '.join(str(p) for p in paths)}", markup=False)
         all_ok &= report.ok
     return 0 if all_ok else 1
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from polyhal.conformance.compare import compare, resolve_side
+
+    if args.adapters or args.report:
+        raise PolyhalError("conformance --compare A B takes its two sides only (adapter names "
+                           "or report.json paths), not NAME arguments or --report")
+    options = {"precision": args.precision, "isolate": not args.no_isolate,
+               "timeout": args.timeout}
+    a, b = (resolve_side(side, args.level, args.profile, **options) for side in args.compare)
+    print(compare(a, b).render())
+    return 0
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -237,6 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="compile every case in this mode; other than fp32 grades L0-L2, "
                            "float32 cases at the mode's tolerance (default: %(default)s)")
     conf.add_argument("--report", metavar="DIR", help="write report.json/.md/.html here")
+    conf.add_argument("--compare", nargs=2, metavar=("A", "B"),
+                      help="list what A passes that B does not and the reverse; each is an "
+                           "adapter name (run now) or a report.json (or its folder)")
     conf.add_argument("--timeout", type=float, help="per-call timeout of the device, seconds")
     conf.add_argument("--no-isolate", action="store_true",
                       help="run the device in this process (faster; a crash ends the run)")
