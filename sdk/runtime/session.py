@@ -201,20 +201,19 @@ class Session:
         self._dealt = itertools.count()
         self._all_down_since: float | None = None
         self._lanes: list[_Lane] = []
+        self._fallback: _Lane | None = None
         try:
             for spec in devices:
                 self._lanes.append(_open_lane(spec, timeout, host))
             addresses = [lane.address for lane in self._lanes]
             if len(set(addresses)) != len(addresses):
                 raise PolyhalError(f"Session: a device is listed twice ({', '.join(addresses)})")
-            self._fallback = None if fallback is None else _open_lane(fallback, None, None,
-                                                                      isolate=False)
-            if self._fallback is not None:
-                self._fallback.fallback = True
+            if fallback is not None:
+                self._fallback = _open_lane(fallback, None, None, as_fallback=True)
         except BaseException:
             self._close_devices()
             raise
-        for lane in self._lanes + ([self._fallback] if self._fallback else []):
+        for lane in self._every_lane():
             lane.thread = threading.Thread(target=self._serve, args=(lane,), daemon=True,
                                            name=f"polyhal-session-{lane.address}")
             lane.thread.start()
@@ -240,8 +239,7 @@ class Session:
     def health(self) -> dict[str, DeviceHealth]:
         """Every device's health, by address (the fallback's too)."""
         with self._cond:
-            lanes = self._lanes + ([self._fallback] if self._fallback else [])
-            return {lane.address: lane.health() for lane in lanes}
+            return {lane.address: lane.health() for lane in self._every_lane()}
 
     def close(self) -> None:
         """Fail what is still queued, stop the threads and close the devices opened here."""
@@ -254,7 +252,7 @@ class Session:
             self._cond.notify_all()
         for item in pending:
             self._fail(item, PolyhalError("the session was closed before this call ran"))
-        for lane in self._lanes + ([self._fallback] if self._fallback else []):
+        for lane in self._every_lane():
             if lane.thread is not None:
                 lane.thread.join(timeout=1.0)
         self._close_devices()
@@ -478,12 +476,12 @@ class Session:
                 item.call.future.set_exception(error)
             self.stats.failed += 1
 
+    def _every_lane(self) -> list[_Lane]:
+        """The session's devices, then the fallback (when there is one)."""
+        return self._lanes + ([self._fallback] if self._fallback is not None else [])
+
     def _close_devices(self) -> None:
-        lanes = list(self._lanes)
-        fallback = getattr(self, "_fallback", None)
-        if fallback is not None:
-            lanes.append(fallback)
-        for lane in lanes:
+        for lane in self._every_lane():
             lane.state = CLOSED
             if lane.owned:
                 with contextlib.suppress(PolyhalError):  # the worker is stopped either way
@@ -491,9 +489,11 @@ class Session:
 
 
 def _open_lane(spec: DeviceSpec | Any, timeout: float | None, host: Any,
-               isolate: bool = True) -> _Lane:
+               as_fallback: bool = False) -> _Lane:
+    """A lane for ``spec``; addresses are opened isolated, except the fallback's, which
+    runs in this process."""
     if isinstance(spec, Device):
-        return _Lane(spec, owned=False)
+        return _Lane(spec, owned=False, fallback=as_fallback)
     if isinstance(spec, str):
         address, options = spec, {}
     elif isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], Mapping):
@@ -503,8 +503,8 @@ def _open_lane(spec: DeviceSpec | Any, timeout: float | None, host: Any,
                            f"(address, options), got {spec!r}")
     parse_address(address)
     extra = {} if host is None else {"host": host}
-    return _Lane(open_device(address, isolate=isolate, timeout=timeout, **extra, **options),
-                 owned=True)
+    device = open_device(address, isolate=not as_fallback, timeout=timeout, **extra, **options)
+    return _Lane(device, owned=True, fallback=as_fallback)
 
 
 def _check_arguments(devices: Sequence[Any], micro_batch: int | None, precision: str,

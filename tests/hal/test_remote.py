@@ -14,60 +14,23 @@ import pytest
 
 import polyhal
 import polyhal.hal as hal
-from polyhal import ops
 from polyhal.errors import DeviceCrashError, DeviceTimeoutError, PolyhalError
 from polyhal.hal.isolation import IsolatedDevice
 from polyhal.hal.remote import RayHost
-from polyhal.ir import GraphBuilder, f32
-from tests.hal.isolation_adapters import HANG, EnvAdapter, FaultyAdapter
-
-OPTIONS = hal.CompileOptions()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _test_adapters():
-    for cls in (FaultyAdapter, EnvAdapter):
-        hal.register(cls)
-    yield
-    for cls in (FaultyAdapter, EnvAdapter):
-        hal.unregister(cls.name)
-
-
-def mlp_graph() -> polyhal.Graph:
-    g = GraphBuilder("mlp")
-    x = g.input("x", f32["n", 4])
-    w = g.input("w", f32[4, 3])
-    b = g.input("b", f32[3])
-    g.output(ops.relu(x @ w + b), name="y")
-    return g.build()
-
-
-def mlp_inputs(first: float | None = None) -> list[np.ndarray]:
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((2, 4)).astype(np.float32)
-    if first is not None:
-        x[0, 0] = first
-    return [x, rng.standard_normal((4, 3)).astype(np.float32),
-            rng.standard_normal(3).astype(np.float32)]
+from tests.hal.isolation_adapters import HANG
+from tests.hal.test_isolation import (  # noqa: F401 - _test_adapters is a fixture
+    OPTIONS,
+    _test_adapters,
+    inner,
+    mlp_graph,
+    mlp_inputs,
+    run_on,
+    worker_pid,
+)
 
 
 def reference_result(arrays: list[np.ndarray]) -> np.ndarray:
     return polyhal.run(mlp_graph(), *arrays)["y"]
-
-
-def run_on(device: hal.Device, executable: hal.Executable, arrays: list[np.ndarray]):
-    outputs = executable.run([device.upload(a) for a in arrays])
-    return [device.download(o) for o in outputs]
-
-
-def inner(device: hal.Device) -> IsolatedDevice:
-    assert isinstance(device, hal.CheckedDevice)
-    assert isinstance(device.inner, IsolatedDevice)
-    return device.inner
-
-
-def worker_pid(device: hal.Device) -> int:
-    return inner(device).worker_stats()["pid"]
 
 
 def test_ray_hosted_devices_give_the_reference_result_in_their_own_processes(ray_instance):
