@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from pathlib import Path
 
@@ -195,6 +196,18 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_new_adapter(args: argparse.Namespace) -> int:
+    from polyhal.scaffold import AdapterNames, scaffold
+
+    target = scaffold(args.name, args.dir)
+    names = AdapterNames.of(args.name)
+    print(f"wrote {target}: the {args.name!r} adapter in {names.package}/adapter.py "
+          f"(hooks marked REQUIRED)\nnext:\n  pip install -e {target}\n"
+          f"  polyhal check-adapter {args.name}\n"
+          f"  polyhal conformance {args.name} --level L0 --level L1 --profile ci")
+    return 0
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     import numpy as np
 
@@ -276,6 +289,12 @@ def build_parser() -> argparse.ArgumentParser:
     conf.add_argument("--quiet", action="store_true", help="no progress bar")
     conf.set_defaults(func=_cmd_conformance)
 
+    new = sub.add_parser("new-adapter", help="scaffold an out-of-tree adapter package")
+    new.add_argument("name", help="adapter name: lower-case letters, digits, hyphens")
+    new.add_argument("--dir", default=".", metavar="D",
+                     help="write D/polyhal-NAME (default: the current folder)")
+    new.set_defaults(func=_cmd_new_adapter)
+
     run = sub.add_parser("run", help="run a model on a device")
     run.add_argument("model", help="a polyhal .json model (its .npz beside it), an .onnx model "
                      "or a .nir spiking network (with --dt)")
@@ -293,7 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--reset", choices=["v_reset", "subtract"], help=".nir: reset rule "
                      "(default v_reset)")
     run.set_defaults(func=_cmd_run)
-    for command in (ops, docs, devices, check, conf, run):
+    for command in (ops, docs, devices, check, conf, new, run):
         command.add_argument("--width", type=int, default=None, help=argparse.SUPPRESS)
     return parser
 
@@ -302,10 +321,15 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+        return code
     except PolyhalError as exc:
         print(f"polyhal: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `polyhal ... | head` closed the pipe: stop quietly, as rich does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -111,3 +111,15 @@ def test_help_everywhere():
     for command in ("ops", "gen-docs", "devices", "check-adapter", "conformance", "run"):
         result = polyhal_cli(command, "--help")
         assert result.returncode == 0 and "usage: polyhal" in result.stdout
+
+
+@pytest.mark.parametrize("command", [["ops"], ["gen-docs", "--check", "--out",
+                                                  str(ROOT / "docs" / "ops.md")]])
+def test_a_closed_pipe_ends_the_command_quietly(command):
+    """`polyhal ops | head -1`: no traceback when the reader has gone away."""
+    process = subprocess.Popen([sys.executable, "-m", "polyhal.cli", *command],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process.stdout.close()  # the reader is gone before the first write
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode != 0
+    assert stderr == ""

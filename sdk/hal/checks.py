@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from polyhal.errors import AdapterContractError
 from polyhal.hal.contract import API_VERSION, Adapter, Device, Executable
 
-_NAME = re.compile(r"[a-z][a-z0-9-]*")
+ADAPTER_NAME = re.compile(r"[a-z][a-z0-9-]*")  # what `name` of an adapter must match
 
 # (base class, hook, required, positional arguments a call passes, signature to show)
 HOOKS: tuple[tuple[type, str, bool, int, str], ...] = (
@@ -118,7 +118,7 @@ def check_adapter_class(cls: type) -> ContractReport:
         report.problems.append(f"{report.source} is not a subclass of polyhal.hal.Adapter.\n"
                                "    Fix: `class MyAdapter(polyhal.hal.Adapter): ...`.")
         return report
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
+    if not isinstance(name, str) or not ADAPTER_NAME.fullmatch(name):
         report.problems.append(f"Adapter.name is {name!r}.\n    Fix: set `name = \"my-device\"` "
                                "(lowercase letters, digits and '-').")
     if not isinstance(getattr(cls, "version", None), str):

@@ -1,0 +1,115 @@
+"""``polyhal new-adapter``: scaffold an out-of-tree adapter package.
+
+The package it writes installs with ``pip install -e``, registers its adapter
+through the ``polyhal.adapters`` entry point, claims four float32 ops computed
+with numpy, and passes L0 and its claimed L1 cases as generated. Its layout::
+
+    polyhal-NAME/
+        pyproject.toml             the entry point
+        README.md
+        polyhal_NAME/adapter.py    the adapter, required hooks marked REQUIRED
+        polyhal_NAME/manifest.toml expected conformance failures
+        tests/test_conformance.py  runs conformance on the adapter
+"""
+
+from __future__ import annotations
+
+import shutil
+import string
+import tempfile
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from polyhal import __version__
+from polyhal.errors import PolyhalError
+from polyhal.hal.checks import ADAPTER_NAME
+
+# target path in the package -> template file (".in" files are string.Template)
+_FILES = {
+    "pyproject.toml": "pyproject.toml.in",
+    "README.md": "README.md.in",
+    "{package}/__init__.py": "package_init.py.in",
+    "{package}/adapter.py": "adapter.py.in",
+    "{package}/manifest.toml": "manifest.toml",
+    "tests/test_conformance.py": "test_conformance.py.in",
+}
+
+
+@dataclass(frozen=True)
+class AdapterNames:
+    """The names derived from an adapter name such as ``my-npu``."""
+
+    name: str  # the adapter, as in `polyhal devices`: my-npu
+    distribution: str  # the pip package: polyhal-my-npu
+    package: str  # the import package: polyhal_my_npu
+    class_prefix: str  # MyNpu, as in MyNpuAdapter
+
+    @classmethod
+    def of(cls, name: str) -> AdapterNames:
+        """Derive the names; an invalid adapter name is a :class:`PolyhalError`."""
+        if not ADAPTER_NAME.fullmatch(name) or name.endswith("-") or "--" in name:
+            raise PolyhalError(f"adapter name {name!r} is not valid: use lower-case letters, "
+                               "digits and single hyphens, starting with a letter (e.g. acme-npu)")
+        words = name.split("-")
+        return cls(name, f"polyhal-{name}", "polyhal_" + "_".join(words),
+                   "".join(w.capitalize() for w in words))
+
+
+def render(name: str) -> dict[str, str]:
+    """The scaffold's files for adapter ``name``: relative path -> text."""
+    names = AdapterNames.of(name)
+    values = {"name": names.name, "package": names.package,
+              "class_prefix": names.class_prefix, "polyhal_version": _release(__version__)}
+    files = resources.files(__package__) / "files"
+    rendered = {}
+    for target, source in _FILES.items():
+        text = (files / source).read_text(encoding="utf-8")
+        if source.endswith(".in"):
+            text = string.Template(text).substitute(values)
+        rendered[target.format(package=names.package)] = text
+    return rendered
+
+
+def scaffold(name: str, parent: Path | str = ".") -> Path:
+    """Write the package for adapter ``name`` as ``parent/polyhal-NAME``; returns its path.
+
+    Refuses a name an installed adapter already has and an existing, non-empty
+    target folder (nothing of the user's is overwritten). The files are written
+    to a temporary folder first and moved into place, so a failure leaves nothing
+    half-written."""
+    from polyhal.hal import adapters
+
+    names = AdapterNames.of(name)
+    if name in adapters():
+        raise PolyhalError(f"an adapter named {name!r} is already installed "
+                           f"({adapters()[name].__module__}): choose another name")
+    parent = Path(parent)
+    target = parent / names.distribution
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise PolyhalError(f"{target} already exists and is not an empty folder: "
+                           "nothing was written")
+    if parent.exists() and not parent.is_dir():
+        raise PolyhalError(f"--dir {parent} is not a folder")
+    parent.mkdir(parents=True, exist_ok=True)
+    files = render(name)
+    with tempfile.TemporaryDirectory(dir=parent, prefix=f".{names.distribution}-") as tmp:
+        staging = Path(tmp) / names.distribution
+        for relative, text in files.items():
+            path = staging / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        if target.exists():
+            target.rmdir()  # empty, checked above
+        shutil.move(staging, target)
+    return target
+
+
+def _release(version: str) -> str:
+    """The release part of a version (``0.1.0.dev3`` -> ``0.1.0``), for a ``>=`` pin."""
+    parts = []
+    for part in version.split("."):
+        if not part.isdigit():
+            break
+        parts.append(part)
+    return ".".join(parts) or "0"
