@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from polyhal.errors import ConformanceError
 
-LEVELS = ("L0", "L1", "L2", "L3", "L4-snn", "L4-quantum", "L4-quant", "L5", "onnx")
+LEVELS = ("L0", "L1", "L2", "L3", "L4-snn", "L4-quantum", "L4-quant", "L4-sparse", "L5",
+          "onnx")
 """Every conformance level, in run order."""
 
 

@@ -35,7 +35,8 @@ from polyhal.hal.contract import Device
 from polyhal.hal.registry import get_adapter, open_device
 from polyhal.ops.registry import all_ops, domains
 
-SUITE_VERSION = "1.1"
+SUITE_VERSION = "1.2"
+"""1.2: level L4-sparse (MatMul on 2:4-sparse weights, for devices tagged sparse-2:4)."""
 OUTCOMES = ("passed", "failed", "crashed", "timeout", "xfail", "xpass", "not_applicable")
 """``not_applicable``: the case did not run (L3: no gradient, or one the device cannot run)."""
 BAD_OUTCOMES = ("failed", "crashed", "timeout", "xpass")

@@ -273,7 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="adapters to grade (default: every available built-in adapter)")
     conf.add_argument("--level", action="append", metavar="L",
                       help="only this level (repeatable): L0 L1 L2 L3 L4-snn L4-quantum "
-                           "L4-quant L5 onnx")
+                           "L4-quant L4-sparse L5 onnx")
     conf.add_argument("--profile", default="full", choices=["ci", "full"],
                       help="case-space size (default: %(default)s)")
     conf.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "fp16", "bf16"],

@@ -12,6 +12,7 @@ from polyhal.conformance.levels import (
     l3,
     l4_quant,
     l4_quantum,
+    l4_sparse,
     l4_snn,
     l5,
     onnx_node,
@@ -29,6 +30,7 @@ GENERATORS: dict[str, Generator] = {
     "L4-snn": l4_snn.generate,
     "L4-quantum": l4_quantum.generate,
     "L4-quant": l4_quant.generate,
+    "L4-sparse": l4_sparse.generate,
     "L5": l5.generate,
     "onnx": onnx_node.generate,
 }

@@ -12,10 +12,44 @@ from polyhal.passes.fusion import FUSION_RULES
 from polyhal.passes.quantize import quantize
 from polyhal.passes.rebuild import rebuild, replay
 from polyhal.passes.rewrite import Computed, Match, P, R, Rule, V, apply_rules, find_match
+from polyhal.passes.sparsity import (
+    Sparse24,
+    compress_2_4,
+    decompress_2_4,
+    is_2_4_sparse,
+    prune_2_4,
+    prune_2_4_array,
+)
 from polyhal.passes.specialize import specialize, specialize_to
 
-__all__ = ["FLOAT32_OPS", "FUSION_RULES", "LOW_PRECISION_OPS", "Computed", "Match", "P", "R",
-           "Rule", "V", "apply_rules", "autocast", "decompose", "decompose_node",
-           "eliminate_common_subexpressions", "eliminate_dead_code", "find_match",
-           "fold_constants", "quantize", "rebuild", "replay", "simplify", "specialize",
-           "specialize_to"]
+__all__ = [
+    "FLOAT32_OPS",
+    "FUSION_RULES",
+    "LOW_PRECISION_OPS",
+    "Computed",
+    "Match",
+    "P",
+    "R",
+    "Rule",
+    "Sparse24",
+    "V",
+    "apply_rules",
+    "autocast",
+    "compress_2_4",
+    "decompose",
+    "decompose_node",
+    "decompress_2_4",
+    "eliminate_common_subexpressions",
+    "eliminate_dead_code",
+    "find_match",
+    "fold_constants",
+    "is_2_4_sparse",
+    "prune_2_4",
+    "prune_2_4_array",
+    "quantize",
+    "rebuild",
+    "replay",
+    "simplify",
+    "specialize",
+    "specialize_to",
+]
