@@ -12,8 +12,8 @@ from polyhal.conformance.levels import (
     l3,
     l4_quant,
     l4_quantum,
-    l4_sparse,
     l4_snn,
+    l4_sparse,
     l5,
     onnx_node,
 )
