@@ -157,5 +157,5 @@ def test_bad_open_options_and_unclaimed_nodes_are_refused(npu):
     x = g.input("x", f32[2])
     g.output(ops.tanh(x), name="y")
     with hal.open_device("npu") as device, pytest.raises(
-            UnsupportedError, match="npu cannot run: tanh_1: core.Tanh is not claimed"):
+            UnsupportedError, match=r"npu cannot run: tanh_1: core\.Tanh is not claimed"):
         device.compile(g.build(), hal.CompileOptions())
