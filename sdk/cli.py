@@ -30,18 +30,25 @@ def _cmd_ops(args: argparse.Namespace) -> int:
 
 
 def _cmd_gen_docs(args: argparse.Namespace) -> int:
+    from polyhal.hal.contract_doc import updated_hal_page
     from polyhal.ops.reference_doc import render_op_reference
 
-    text = render_op_reference()
-    path = Path(args.out)
+    hal_page = Path(args.hal)
+    if not hal_page.is_file():
+        raise PolyhalError(f"--hal {hal_page}: no such file")
+    pages = {Path(args.out): render_op_reference(),
+             hal_page: updated_hal_page(hal_page.read_text(), hal_page)}
+    stale = [path for path, text in pages.items()
+             if not path.is_file() or path.read_text() != text]
     if args.check:
-        if not path.is_file() or path.read_text() != text:
+        for path in stale:
             print(f"{path} is stale: run `polyhal gen-docs`", file=sys.stderr)
-            return 1
-        print(f"{path} is up to date")
-        return 0
-    path.write_text(text)
-    print(f"wrote {path}")
+        if not stale:
+            print(f"{' and '.join(map(str, pages))} are up to date")
+        return 1 if stale else 0
+    for path in stale:
+        path.write_text(pages[path])
+        print(f"wrote {path}")
     return 0
 
 
@@ -256,8 +263,12 @@ def build_parser() -> argparse.ArgumentParser:
     ops = sub.add_parser("ops", help="list the registered ops")
     ops.add_argument("--domain", help="only this domain")
     ops.set_defaults(func=_cmd_ops)
-    docs = sub.add_parser("gen-docs", help="regenerate docs/ops.md from the op registry")
-    docs.add_argument("--out", default="docs/ops.md", help="where to write (default: %(default)s)")
+    docs = sub.add_parser("gen-docs", help="regenerate docs/ops.md from the op registry and "
+                          "the contract reference in docs/hal.md from its docstrings")
+    docs.add_argument("--out", default="docs/ops.md",
+                      help="the op reference (default: %(default)s)")
+    docs.add_argument("--hal", default="docs/hal.md",
+                      help="the page holding the contract reference (default: %(default)s)")
     docs.add_argument("--check", action="store_true", help="only check that the file is current")
     docs.set_defaults(func=_cmd_gen_docs)
 

@@ -114,7 +114,8 @@ def test_help_everywhere():
 
 
 @pytest.mark.parametrize("command", [["ops"], ["gen-docs", "--check", "--out",
-                                                  str(ROOT / "docs" / "ops.md")]])
+                                                  str(ROOT / "docs" / "ops.md"), "--hal",
+                                                  str(ROOT / "docs" / "hal.md")]])
 def test_a_closed_pipe_ends_the_command_quietly(command):
     """`polyhal ops | head -1`: no traceback when the reader has gone away."""
     process = subprocess.Popen([sys.executable, "-m", "polyhal.cli", *command],

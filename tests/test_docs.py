@@ -32,9 +32,32 @@ def test_code_block_runs(where, code, tmp_path, monkeypatch):
 
 def test_op_reference_is_current():
     result = subprocess.run([sys.executable, "-m", "polyhal.cli", "gen-docs", "--check",
-                             "--out", str(ROOT / "docs" / "ops.md")],
+                             "--out", str(ROOT / "docs" / "ops.md"),
+                             "--hal", str(ROOT / "docs" / "hal.md")],
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_contract_reference_is_generated_and_checked(tmp_path, capsys):
+    from polyhal.cli import main
+    from polyhal.hal.contract_doc import BEGIN, END
+
+    page = (ROOT / "docs" / "hal.md").read_text()
+    start, end = page.index(BEGIN), page.index(END)
+    assert "- `upload`, **required**: `def upload(self, array: np.ndarray) -> Buffer`. Copy a " \
+           "host array to the device." in page[start:end]
+    assert "- `tags: frozenset[str]`:" in page[start:end]  # Capabilities, from its docstrings
+    stale = tmp_path / "hal.md"
+    stale.write_text(page.replace("Copy a host array to the device.", "Old text."))
+    ops_page = tmp_path / "ops.md"
+    ops_page.write_text((ROOT / "docs" / "ops.md").read_text())
+    args = ["gen-docs", "--out", str(ops_page), "--hal", str(stale)]
+    assert main([*args, "--check"]) == 1
+    assert f"{stale} is stale" in capsys.readouterr().err
+    assert main(args) == 0 and stale.read_text() == page
+    stale.write_text("# no markers\n")
+    assert main(args) == 2
+    assert "no generated contract region" in capsys.readouterr().err
 
 
 def test_readme_example_prints_the_graph(tmp_path, monkeypatch, capsys):

@@ -48,7 +48,8 @@ class Capabilities:
     max_rank: int = 8
     """Largest tensor rank the device handles."""
     tags: frozenset[str] = field(default_factory=frozenset)
-    """Free-form features, e.g. ``training``, ``async``, ``quantized``."""
+    """Free-form features, e.g. ``training``, ``async``, ``quantized``; ``sparse-2:4``
+    (2:4 structured-sparse MatMul units) adds conformance level L4-sparse."""
 
     def __post_init__(self) -> None:
         from polyhal.ops.registry import lookup

@@ -72,8 +72,11 @@ class Buffer:
     """A tensor on a device: its concrete type and the adapter's handle to the data."""
 
     device: Device
+    """The device holding the data."""
     type: TensorType
+    """The concrete dtype and shape of the data."""
     handle: Any = None
+    """The adapter's own reference to the data (a numpy array, a device pointer, ...)."""
     checksum: int | None = None
     """Optional: the CRC-32 (:func:`buffer_checksum`) of the contents as the device
     produced them. When set, every download is verified against it, and a mismatch
