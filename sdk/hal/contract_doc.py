@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import itertools
 import re
 from pathlib import Path
 
@@ -39,7 +40,7 @@ def _attribute_docs(cls: type) -> list[tuple[str, str, str]]:
     tree = ast.parse(inspect.getsource(cls))
     body = tree.body[0].body  # type: ignore[attr-defined]
     found = []
-    for statement, following in zip(body, body[1:], strict=False):
+    for statement, following in itertools.pairwise(body):
         if (isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)
                 and isinstance(following, ast.Expr)
                 and isinstance(following.value, ast.Constant)
