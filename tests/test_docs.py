@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import runpy
 import subprocess
@@ -12,22 +13,74 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+_ANY_BLOCK = re.compile(r"(?:^<!-- not run in the tests: (?P<why>[^\n]*?) -->\n)?"
+                        r"^```(?P<language>\w+)\n(?P<code>.*?)^```", re.S | re.M)
+OWN_TEST = {"docs/adapter-guide.md": "tests/test_adapter_guide.py runs its commands in a venv"}
+"""Pages whose shell blocks another test runs, and where."""
+
+
+def _pages() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("**/*.md"))]
 
 
 def _blocks() -> list[tuple[str, str]]:
     found = []
-    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("**/*.md"))]:
+    for path in _pages():
         for index, match in enumerate(_BLOCK.finditer(path.read_text())):
             found.append((f"{path.relative_to(ROOT)}#{index}", match.group(1)))
     return found
 
 
-@pytest.mark.parametrize(("where", "code"), _blocks(), ids=[w for w, _ in _blocks()])
-def test_code_block_runs(where, code, tmp_path, monkeypatch):
+def _units() -> list[tuple[str, list[tuple[str, str]]]]:
+    """What runs, in order: each Python block on its own, except on a page with shell
+    blocks, which runs whole, top to bottom in one folder, as a reader follows it (a
+    shell block may use the files its Python blocks wrote)."""
+    units = []
+    for path in _pages():
+        where = str(path.relative_to(ROOT))
+        blocks = [(m["language"], m["code"]) for m in _ANY_BLOCK.finditer(path.read_text())
+                  if m["language"] in ("python", "sh") and not m["why"]]
+        has_shell = any(language == "sh" for language, _ in blocks)
+        if where == "README.md" or where in OWN_TEST or not has_shell:
+            python = [code for language, code in blocks if language == "python"]
+            units += [(f"{where}#{i}", [("python", code)]) for i, code in enumerate(python)]
+        else:
+            units.append((where, blocks))
+    return units
+
+
+@pytest.mark.parametrize(("where", "blocks"), _units(), ids=[w for w, _ in _units()])
+def test_code_block_runs(where, blocks, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    script = tmp_path / "block.py"
-    script.write_text(code)
-    runpy.run_path(str(script), run_name="__main__")
+    for index, (language, code) in enumerate(blocks):
+        script = tmp_path / f"block{index}.{'py' if language == 'python' else 'sh'}"
+        script.write_text(code)
+        if language == "python":
+            runpy.run_path(str(script), run_name="__main__")
+            continue
+        result = subprocess.run(["bash", "-euo", "pipefail", str(script)], cwd=tmp_path,
+                                capture_output=True, text=True, timeout=900,
+                                env={**os.environ, "COLUMNS": "120"})
+        assert result.returncode == 0, (f"{where}, shell block {index}:\n{code}\n"
+                                        f"{result.stdout[-3000:]}{result.stderr[-3000:]}")
+
+
+def test_every_code_block_is_of_a_language_the_tests_know():
+    """python and sh blocks run (above), toml blocks parse (below), text and json blocks
+    show output; a block in another language would silently go untested."""
+    for path in _pages():
+        for match in _ANY_BLOCK.finditer(path.read_text()):
+            assert match["language"] in ("python", "sh", "toml", "text", "json"), (
+                f"{path.name}: a {match['language']} block that no test runs")
+
+
+def test_toml_blocks_parse():
+    import tomllib
+
+    for path in _pages():
+        for match in _ANY_BLOCK.finditer(path.read_text()):
+            if match["language"] == "toml":
+                tomllib.loads(match["code"])
 
 
 def test_op_reference_is_current():
