@@ -94,6 +94,10 @@ def test_run_a_nir_network(tmp_path):
     (("run", "{model}"), "missing input(s) x"),
     (("check-adapter", "warp-drive"), "no adapter named 'warp-drive'"),
     (("conformance", "reference", "--level", "L9"), "unknown level(s) L9"),
+    (("new-adapter", "Not_Valid"), "adapter name 'Not_Valid' is not valid"),
+    (("new-adapter", "reference"), "'reference' is already installed"),
+    (("new-adapter", "fresh", "--dir", "{model}"), "is not a folder"),
+    (("gen-docs", "--check", "--hal", "missing.md"), "--hal missing.md: no such file"),
 ])
 def test_bad_input_is_a_clear_error(tmp_path, args, message):
     g = GraphBuilder("m")
@@ -108,7 +112,8 @@ def test_bad_input_is_a_clear_error(tmp_path, args, message):
 
 
 def test_help_everywhere():
-    for command in ("ops", "gen-docs", "devices", "check-adapter", "conformance", "run"):
+    for command in ("ops", "gen-docs", "devices", "check-adapter", "conformance", "new-adapter",
+                    "run"):
         result = polyhal_cli(command, "--help")
         assert result.returncode == 0 and "usage: polyhal" in result.stdout
 
