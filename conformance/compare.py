@@ -78,10 +78,7 @@ def side_from_report(doc: dict[str, Any], name: str) -> Side:
 def load_report(path: str | Path) -> dict[str, Any]:
     """Read ``path`` (a ``report.json`` or a folder holding one) and check it against
     the report schema; a missing, unreadable or malformed file is a ``PolyhalError``."""
-    try:
-        import jsonschema
-    except ImportError:
-        raise PolyhalError("reading a report needs jsonschema: pip install jsonschema") from None
+    import jsonschema
 
     from polyhal.conformance.report import SCHEMA_PATH
 

@@ -14,7 +14,7 @@ import numpy as np
 from polyhal._version import __version__
 from polyhal.conformance.cases import Case
 from polyhal.conformance.execute import grade, run_on_device
-from polyhal.conformance.levels import GENERATORS
+from polyhal.conformance.levels import GENERATORS, unavailable_levels
 from polyhal.conformance.manifest import Entry, load_manifest, unsettled
 from polyhal.conformance.precision import (
     PRECISION_LEVELS,
@@ -200,9 +200,14 @@ def run_suite(adapter: str, levels: Sequence[str] | None = None, profile: str = 
 
     ``precision`` other than ``fp32`` compiles every case in that mode and grades
     levels L0-L2 only (all of them when ``levels`` is None), float32 cases at the
-    mode's tolerance (:mod:`polyhal.conformance.precision`)."""
+    mode's tolerance (:mod:`polyhal.conformance.precision`). With ``levels`` None,
+    levels that cannot run here (:func:`~polyhal.conformance.levels.unavailable_levels`)
+    are left out; the report's ``levels`` lists what ran."""
     if precision != "fp32" and levels is None:
         levels = PRECISION_LEVELS
+    if levels is None:
+        missing = unavailable_levels()
+        levels = [level for level in parse_levels(None) if level not in missing]
     chosen = parse_levels(levels)
     settings = get_profile(profile)
     adapter_obj = get_adapter(adapter)

@@ -9,10 +9,17 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from polyhal import __version__
 from polyhal.errors import PolyhalError
+
+
+def _add_row(table: Table, *cells: str) -> None:
+    """A table row of plain text: brackets in a cell (``pip install 'polyhal[cpu]'``)
+    are not rich markup."""
+    table.add_row(*(escape(cell) for cell in cells))
 
 
 def _cmd_ops(args: argparse.Namespace) -> int:
@@ -24,7 +31,7 @@ def _cmd_ops(args: argparse.Namespace) -> int:
     for op in all_ops(args.domain):
         kind = "composite" if op.decompose else "primitive"
         dtypes = ", ".join(sorted(d.value for d in op.all_dtypes()))
-        table.add_row(op.qualified_name, str(op.onnx_since or ""), kind, dtypes)
+        _add_row(table, op.qualified_name, str(op.onnx_since or ""), kind, dtypes)
     Console().print(table)
     return 0
 
@@ -68,15 +75,15 @@ def _cmd_devices(args: argparse.Namespace) -> int:
     for name, devices, error in probe_all():
         version = str(classes[name].version)
         if devices is None:
-            table.add_row(name, version, "-", "-", "no", error)
+            _add_row(table, name, version, "-", "-", "no", error)
             continue
         for info in devices:
-            table.add_row(name, version, info.address, info.name,
+            _add_row(table, name, version, info.address, info.name,
                           "yes" if info.available else "no", info.reason)
         if not devices:
-            table.add_row(name, version, "-", "-", "no", "probe found no device")
+            _add_row(table, name, version, "-", "-", "no", "probe found no device")
     for failure in plugin_failures():
-        table.add_row(failure.name, "?", "-", failure.source, "no", failure.error)
+        _add_row(table, failure.name, "?", "-", failure.source, "no", failure.error)
     Console(width=args.width).print(table)
     return 0
 
@@ -97,7 +104,7 @@ def _cmd_check_adapter(args: argparse.Namespace) -> int:
     for column in ("class", "hook", "required", "implemented", "problem"):
         table.add_column(column)
     for row in report.rows:
-        table.add_row(row.role, row.hook, "required" if row.required else "optional",
+        _add_row(table, row.role, row.hook, "required" if row.required else "optional",
                       "yes" if row.implemented else "no (default)" if not row.required else "NO",
                       row.problem)
     console = Console(width=args.width)
@@ -127,7 +134,7 @@ def _print_next_ops(console: Console, caps: object) -> None:
     table.add_column("op")
     table.add_column("cases", justify="right")
     for op, count in ranked:
-        table.add_row(op, str(count))
+        _add_row(table, op, str(count))
     console.print(table)
 
 
@@ -143,6 +150,11 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
     names = args.adapters or [n for n in adapters() if _builtin(n) and any(
         d.available for d in get_adapter(n).probe())]
     console = Console(width=args.width)
+    if not args.level:
+        from polyhal.conformance.levels import unavailable_levels
+
+        for level, why in unavailable_levels().items():
+            console.print(f"level {level} left out: {why}", markup=False)
     all_ok = True
     for name in names:
         with Progress(TextColumn(f"[bold]{name}[/]"), BarColumn(), MofNCompleteColumn(),

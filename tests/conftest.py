@@ -27,3 +27,11 @@ def ray_instance():
             yield ray
         finally:
             ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def polyhal_wheel(tmp_path_factory):
+    """polyhal's wheel, built once per test run from a copy of this checkout."""
+    from tests.fresh_venv import build_wheel
+
+    return build_wheel(tmp_path_factory.mktemp("wheel"))

@@ -45,40 +45,32 @@ def test_every_data_file_ships_with_its_package():
     assert not missing, f"not in any package-data pattern: {missing}"
 
 
-def test_the_wheel_installs_and_runs_in_a_fresh_venv(tmp_path):
+
+def test_the_wheel_installs_and_runs_in_a_fresh_venv(polyhal_wheel, tmp_path):
     """`python -m build` makes a wheel that works on its own: installed into a venv
     without this machine's packages, `polyhal devices` runs, every optional adapter
     saying why it is unavailable instead of failing to import."""
-    import shutil
-    import subprocess
-    import sys
-
-    source = tmp_path / "src"  # a copy: building writes build/ and egg-info in the tree
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
-        ".git", "build", "dist", "site", "*.egg-info", "__pycache__", ".*cache"))
-    subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(tmp_path / "dist"),
-                    str(source)], check=True, capture_output=True)
-    wheels = list((tmp_path / "dist").glob("polyhal-*.whl"))
-    assert len(wheels) == 1, wheels
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    bin_dir = venv / "bin"
-    subprocess.run([bin_dir / "python", "-m", "pip", "install", "--quiet",
-                    "--disable-pip-version-check", wheels[0]], check=True, capture_output=True)
     from polyhal import __version__
+    from tests.fresh_venv import fresh_venv
 
-    run = {"capture_output": True, "text": True, "check": True, "cwd": tmp_path,
-           "env": {"PATH": f"{bin_dir}:/usr/bin:/bin", "COLUMNS": "200"}}
-    version = subprocess.run([bin_dir / "polyhal", "--version"], **run).stdout
-    assert version.strip() == f"polyhal {__version__}"
-    devices = subprocess.run([bin_dir / "polyhal", "devices"], **run)
-    assert devices.stderr == ""
+    venv = fresh_venv(tmp_path / "venv", polyhal_wheel)
+    version = venv.run(["polyhal", "--version"], tmp_path)
+    assert version.stdout.strip() == f"polyhal {__version__}", version.stderr
+    devices = venv.run(["polyhal", "devices"], tmp_path)
+    assert devices.returncode == 0 and devices.stderr == "", devices.stderr
     rows = {line.split("│")[1].strip(): line for line in devices.stdout.splitlines()
             if line.startswith("│") and line.split("│")[1].strip()}
     for always in ("reference", "template", "faulty"):
         assert "│ yes" in rows[always], devices.stdout
-    assert "│ no " in rows["cpu"] and "numba" in rows["cpu"], devices.stdout
-    # the package data came along: the scaffold's templates and the adapters' manifests
-    listing = subprocess.run([bin_dir / "python", "-c", "import polyhal.scaffold as s; "
-                              "print(sorted(s.render('acme')))"], **run).stdout
-    assert "polyhal_acme/manifest.toml" in listing
+    assert "│ no " in rows["cpu"] and "pip install 'polyhal[cpu]'" in rows["cpu"], devices.stdout
+    # every level that can run here, the onnx level left out with why (no onnx package)
+    graded = venv.run(["polyhal", "conformance", "template", "--profile", "ci", "--quiet"],
+                      tmp_path)
+    assert graded.returncode == 0, graded.stdout + graded.stderr
+    assert "level onnx left out: it takes its cases from the onnx package, which is not " \
+           "installed: pip install 'polyhal[onnx]'" in graded.stdout
+    assert "template: PASS" in graded.stdout and "  onnx:" not in graded.stdout
+    # the package data came along: the scaffold's templates
+    listing = venv.run(["python", "-c", "import polyhal.scaffold as s; "
+                        "print(sorted(s.render('acme')))"], tmp_path)
+    assert "polyhal_acme/manifest.toml" in listing.stdout, listing.stderr

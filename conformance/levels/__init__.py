@@ -36,4 +36,13 @@ GENERATORS: dict[str, Generator] = {
 }
 """Every level's generator, in run order (:data:`~polyhal.conformance.profiles.LEVELS`)."""
 
-__all__ = ["GENERATORS", "Generator"]
+_AVAILABILITY: dict[str, Callable[[], str | None]] = {"onnx": onnx_node.unavailable}
+
+
+def unavailable_levels() -> dict[str, str]:
+    """Levels that cannot run in this environment (an optional package is missing), each
+    with why: a run of every level leaves them out, naming them; asking for one is an
+    error."""
+    return {level: why for level, check in _AVAILABILITY.items() if (why := check())}
+
+__all__ = ["GENERATORS", "Generator", "unavailable_levels"]

@@ -94,12 +94,19 @@ def _refuse(error: PolyhalError, device: Any) -> tuple[bool, str]:
     raise error
 
 
+def unavailable() -> str | None:
+    """Why this level cannot run here (``None`` when it can)."""
+    if importlib.util.find_spec("onnx") is None:
+        return ("it takes its cases from the onnx package, which is not installed: "
+                "pip install 'polyhal[onnx]'")
+    return None
+
+
 def generate(caps: Capabilities, profile: Profile) -> Iterator[Case]:
     """The node test cases whose ops a device with ``caps`` claims."""
-    if importlib.util.find_spec("onnx") is None:
-        raise ConformanceError("level onnx takes its cases from the onnx package, which is "
-                               "not installed: pip install 'polyhal[onnx]', or choose levels "
-                               "with --level")
+    why = unavailable()
+    if why is not None:
+        raise ConformanceError(f"level onnx cannot run: {why}, or choose levels with --level")
     from polyhal.interop.onnx import load_onnx
 
     for node_case in node_cases():

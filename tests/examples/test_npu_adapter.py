@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +16,7 @@ from polyhal.errors import UnsupportedError
 from polyhal.ir import GraphBuilder, TensorType, f32
 from polyhal.ir.dtypes import DType
 from polyhal.passes import prune_2_4
+from tests.fresh_venv import fresh_venv
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "npu_adapter"
@@ -39,26 +38,18 @@ def npu():
             del sys.modules[name]
 
 
-def test_installs_with_pip_and_passes_its_claimed_cases(tmp_path):
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
-                   check=True)
-    python = str(venv / "bin" / "python")
-    pip = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    subprocess.run([*pip, "--no-deps", "-e", str(ROOT)], check=True, capture_output=True)
-    subprocess.run([*pip, str(EXAMPLE)], check=True, capture_output=True)  # not editable
-    env = {**os.environ, "VIRTUAL_ENV": str(venv), "COLUMNS": "200",
-           "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}"}
-    devices = subprocess.run(["polyhal", "devices"], env=env, capture_output=True, text=True,
-                             check=True, cwd=tmp_path).stdout
+def test_installs_with_pip_and_passes_its_claimed_cases(polyhal_wheel, tmp_path):
+    # without this machine's packages; onnx for the onnx level
+    venv = fresh_venv(tmp_path / "venv", polyhal_wheel, extras="onnx")
+    venv.pip_install(EXAMPLE)  # not editable: the installed package is what runs
+    devices = venv.run(["polyhal", "devices"], tmp_path).stdout
     assert re.search(r"│ npu\s+│ 0\.1\.0\s+│ npu:0 ", devices), devices
-    result = subprocess.run(["polyhal", "conformance", "npu", "--profile", "ci", "--quiet",
-                             "--report", str(tmp_path / "report")], env=env, cwd=tmp_path,
-                            capture_output=True, text=True, timeout=900)
+    result = venv.run(["polyhal", "conformance", "npu", "--profile", "ci", "--quiet",
+                       "--report", str(tmp_path / "report")], tmp_path, timeout=900)
     out = result.stdout
     assert result.returncode == 0, out + result.stderr
     assert re.search(r"npu: PASS \(\d+ passed, 0 failed, 0 crashed, 0 timeout, 0 xfail", out)
-    for level in ("L0", "L1", "L2", "L4-quant", "L4-sparse", "L5"):
+    for level in ("L0", "L1", "L2", "L4-quant", "L4-sparse", "L5", "onnx"):
         assert re.search(rf"  {level}: (\d+) cases run, \1 passed \(100\.0%\)", out), level
     assert re.search(r"L4-sparse: 14 cases run", out)  # 7 per claimed float dtype
 
