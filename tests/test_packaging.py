@@ -62,7 +62,10 @@ def test_the_wheel_installs_and_runs_in_a_fresh_venv(polyhal_wheel, tmp_path):
             if line.startswith("│") and line.split("│")[1].strip()}
     for always in ("reference", "template", "faulty"):
         assert "│ yes" in rows[always], devices.stdout
-    assert "│ no " in rows["cpu"] and "pip install 'polyhal[cpu]'" in rows["cpu"], devices.stdout
+    for adapter, extra in (("cpu", "cpu"), ("fpga", "fpga"), ("neuro", "neuro"),
+                           ("quantum", "quantum"), ("gpu-sim", "gpu")):
+        assert "│ no " in rows[adapter], devices.stdout
+        assert f"pip install 'polyhal[{extra}]'" in rows[adapter], devices.stdout
     # every level that can run here, the onnx level left out with why (no onnx package)
     graded = venv.run(["polyhal", "conformance", "template", "--profile", "ci", "--quiet"],
                       tmp_path)

@@ -17,6 +17,7 @@ float32 and int8, which the host driver computes as data crosses the link
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -218,6 +219,9 @@ class FpgaAdapter(Adapter):
     def probe(self) -> list[DeviceInfo]:
         from polyhal.simulators.fpga.build import available_simulators
 
+        if importlib.util.find_spec("cocotb_tools") is None:
+            return [DeviceInfo(self.name, 0, "int8 array in RTL", available=False,
+                               reason="needs cocotb: pip install 'polyhal[fpga]'")]
         simulators = available_simulators()
         if not simulators:
             return [DeviceInfo(self.name, 0, "int8 array in RTL", available=False,
