@@ -107,7 +107,7 @@ class CpuDevice(HostMemoryDevice):
 
 
 def set_threads(threads: int) -> None:
-    """Use ``threads`` threads in BLAS and numba."""
+    """Use ``threads`` threads in BLAS, numba and the direct Conv kernel."""
     if threads < 1:
         raise UnsupportedError(f"cpu: threads must be >= 1, got {threads}")
     from threadpoolctl import threadpool_limits
@@ -116,6 +116,9 @@ def set_threads(threads: int) -> None:
     import numba
 
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    from polyhal.adapters.cpu.kernels import direct_conv
+
+    direct_conv.set_threads(threads)
 
 
 class CpuAdapter(Adapter):

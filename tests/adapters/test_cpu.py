@@ -121,7 +121,6 @@ def test_conv_chains_run_channels_last_and_outputs_are_c_contiguous(weights_as_i
     plan = PlanBuilder(concrete).build()
     last = [spec for spec in plan.buffers if spec.channels_last]
     assert last, "the Conv outputs and the Relu/Add between them are channels-last"
-    assert any(spec.zeroed for spec in plan.buffers)  # the padded input's scratch
     expected = run(graph, *inputs)
     for _ in range(2):  # the reused arena and scratch give the same results again
         outs = plan.execute(inputs)
@@ -130,9 +129,9 @@ def test_conv_chains_run_channels_last_and_outputs_are_c_contiguous(weights_as_i
             np.testing.assert_allclose(out, expected[name], rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("waste", [0.0, math.inf], ids=["im2col", "shifted"])
-def test_a_relu_that_only_follows_a_conv_is_applied_by_it(monkeypatch, waste):
-    monkeypatch.setattr(conv, "SHIFT_WASTE", waste)
+@pytest.mark.parametrize("depth", [0, math.inf], ids=["im2col", "direct"])
+def test_a_relu_that_only_follows_a_conv_is_applied_by_it(monkeypatch, depth):
+    monkeypatch.setattr(conv, "DIRECT_MAX_DEPTH", depth)
     rng = np.random.default_rng(5)
     g = GraphBuilder("relus")
     x = g.input("x", f32["n", 16, 6, 7])

@@ -303,9 +303,8 @@ def lowered_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, relu: bool 
     return out
 
 
-STRATEGIES = {"im2col": (0.0, 1), "shifted": (math.inf, 1)}
-"""``conv.SHIFT_WASTE`` and ``SHIFT_MIN_CHANNELS`` that force each strategy (shifted:
-wherever strides are 1)."""
+STRATEGIES = {"im2col": 0, "direct": math.inf}
+"""``conv.DIRECT_MAX_DEPTH`` that forces each strategy."""
 
 
 @pytest.mark.parametrize(("attrs", "group", "c", "m"), [e for e in CONV_2D if e[1] == 1],
@@ -315,8 +314,7 @@ wherever strides are 1)."""
 @pytest.mark.parametrize("strategy", sorted(STRATEGIES))
 def test_lowered_conv_matches_the_reference(monkeypatch, attrs, group, c, m, dtype, layout,
                                             strategy):
-    monkeypatch.setattr(conv, "SHIFT_WASTE", STRATEGIES[strategy][0])
-    monkeypatch.setattr(conv, "SHIFT_MIN_CHANNELS", STRATEGIES[strategy][1])
+    monkeypatch.setattr(conv, "DIRECT_MAX_DEPTH", STRATEGIES[strategy])
     x = _with_specials(_data((3, c, 9, 8), dtype), 2) if c > 3 else _data((3, c, 9, 8), dtype)
     if layout == "channels-last":
         x = np.moveaxis(np.ascontiguousarray(np.moveaxis(x, 1, -1)), -1, 1)
@@ -332,51 +330,86 @@ def test_lowered_conv_matches_the_reference(monkeypatch, attrs, group, c, m, dty
                       f"lowered Conv {attrs} {layout} {strategy} relu={relu}")
 
 
-def test_convs_on_small_borders_take_shifted_gemms(monkeypatch):
-    def lowering(spatial: int, channels: int = 16, **attrs: Any) -> conv.Conv2dLowering:
-        resolved = _attrs(_op("core.Conv"), {"pads": [1, 1, 1, 1], **attrs})
-        built = conv.Conv2dLowering.build((2, channels, spatial, spatial),
-                                          (16, channels, 3, 3), resolved,
-                                          np.dtype(np.float32))
+DIRECT_SHAPES = [
+    # (N, C, H, W), M, kernel, attrs: whole tiles and leftover pixels, channel counts
+    # under, at and over a block (16 float32 / 8 float64) and partial last blocks,
+    # windows wholly in the padding, strides, dilations.
+    ((2, 3, 11, 13), 16, (3, 3), {"pads": [1, 1, 1, 1]}),
+    ((1, 16, 8, 9), 40, (3, 3), {"pads": [1, 2, 2, 1], "strides": [2, 1]}),
+    ((2, 5, 6, 7), 8, (2, 3), {"pads": [4, 3, 4, 5]}),
+    ((1, 4, 12, 15), 33, (3, 3), {"dilations": [2, 3], "pads": [2, 3, 1, 0]}),
+    ((3, 7, 9, 10), 9, (1, 1), {"strides": [2, 3]}),
+    ((1, 2, 5, 4), 1, (5, 4), {}),
+    ((2, 8, 7, 20), 24, (3, 5), {"auto_pad": "SAME_LOWER", "strides": [1, 2]}),
+]
+
+
+LAYOUTS = {
+    "nchw": lambda x: x,
+    "channels-last": lambda x: np.moveaxis(np.ascontiguousarray(np.moveaxis(x, 1, -1)), -1, 1),
+    "strided view": lambda x: np.repeat(x, 2, axis=3)[..., ::2],
+    "reversed view": lambda x: np.ascontiguousarray(x[:, :, ::-1])[:, :, ::-1],
+}
+"""Memory layouts of the same logical input."""
+
+
+@pytest.mark.parametrize(("x_shape", "m", "kernel", "attrs"), DIRECT_SHAPES,
+                         ids=[str(i) for i in range(len(DIRECT_SHAPES))])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_direct_conv_matches_the_reference_across_tiles_and_blocks(monkeypatch, x_shape, m,
+                                                                   kernel, attrs, dtype,
+                                                                   layout):
+    monkeypatch.setattr(conv, "DIRECT_MAX_DEPTH", math.inf)
+    x = LAYOUTS[layout](_with_specials(_data(x_shape, dtype), 2))  # NaN and inf in places
+    w, b = _data((m, x_shape[1], *kernel), dtype), _data((m,), dtype)
+    op = _op("core.Conv")
+    expected = op.kernel(x, w, b, **_attrs(op, attrs))
+    for relu in (False, True):
+        want = _op("core.Relu").kernel(expected) if relu else expected
+        actual = lowered_conv(x, w, b, relu, **attrs)
+        assert actual is not None
+        _assert_close("core.Conv", [actual], [want], f"direct {x_shape} {m} {attrs} {relu}")
+
+
+def test_direct_conv_gives_the_same_bits_on_any_thread_count():
+    from polyhal.adapters.cpu.kernels import direct_conv
+
+    x, w, b = _data((5, 16, 12, 10)), _data((20, 16, 3, 3)), _data((20,))
+    results = []
+    for threads in (1, 2, 3):
+        direct_conv.set_threads(threads)
+        try:
+            results.append(lowered_conv(x, w, b, pads=[1, 1, 1, 1]))
+        finally:
+            direct_conv.set_threads(direct_conv.default_threads())
+    for result in results[1:]:
+        np.testing.assert_array_equal(result, results[0])  # each pixel: one thread, one order
+
+
+def test_shallow_windows_run_direct_and_deep_ones_on_blas():
+    def lowering(channels: int, kernel: int = 3, dtype: Any = np.float32
+                 ) -> conv.Conv2dLowering:
+        resolved = _attrs(_op("core.Conv"), {"pads": [1, 1, 1, 1]})
+        built = conv.Conv2dLowering.build((2, channels, 8, 8), (16, channels, kernel, kernel),
+                                          resolved, np.dtype(dtype))
         assert built is not None
         return built
 
-    assert lowering(32).shifted  # a 34x34 grid for 32x32 outputs: 13% waste
-    assert not lowering(8).shifted  # 10x10 for 8x8: 56%, im2col is cheaper
-    assert not lowering(32, channels=3).shifted  # K = 3 products are slow
-    assert not lowering(32, strides=[2, 2]).shifted  # im2col's columns shrink 4x
-    resolved = _attrs(_op("core.Conv"), {"pads": [1, 1, 1, 1]})
-    pointwise = conv.Conv2dLowering.build((2, 16, 32, 32), (16, 16, 1, 1), resolved,
+    assert lowering(64).direct  # 576 values, 64 channels of 3x3
+    assert lowering(3).direct and lowering(3, dtype=np.float64).direct
+    assert not lowering(65).direct  # a GEMM this deep is wide enough for BLAS
+    resolved = _attrs(_op("core.Conv"), {})
+    pointwise = conv.Conv2dLowering.build((2, 16, 8, 8), (16, 16, 1, 1), resolved,
                                           np.dtype(np.float32))
-    assert pointwise is not None and not pointwise.shifted  # a 1x1 gains nothing
-    assert set(lowering(32).scratch) == {lowering(32).grid_name, "conv-result"}
-    monkeypatch.setattr(conv, "gemm_into", lambda dtype: None)  # numpy on another BLAS
-    assert not lowering(32).shifted
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_gemm_into_accumulates_on_spaced_rows(dtype):
-    from polyhal.adapters.cpu.kernels.blas import gemm_into
-
-    gemm = gemm_into(dtype)
-    assert gemm is not None, "numpy's wheel bundles OpenBLAS"
-    rng = np.random.default_rng(0)
-    grid = rng.normal(size=(20, 5)).astype(dtype)
-    a = grid[2:14, 1:4]  # rows 5 apart, 3 wide
-    b = rng.normal(size=(3, 4)).astype(dtype)
-    c = rng.normal(size=(12, 4)).astype(dtype)
-    expected = a @ b + 2 * c
-    gemm(a, b, c, 2.0)
-    np.testing.assert_allclose(c, expected, rtol=1e-5)
-    with pytest.raises(ValueError, match="needs contiguous rows"):
-        gemm(grid[:12, ::2], b, c, 1.0)  # columns 2 apart
-    with pytest.raises(ValueError, match=r"\(12, 3\) @ \(12, 4\)"):
-        gemm(a, c, c, 1.0)
+    assert pointwise is not None and not pointwise.direct  # BLAS reads the input in place
+    assert lowering(64).scratch == {}  # padding is handled row by row, nothing is copied
+    assert "conv-columns" in lowering(128).scratch
 
 
 @pytest.mark.parametrize("layout", ["nchw", "channels-last"])
 def test_lowered_conv_pointwise_strided_and_in_tiles(monkeypatch, layout):
-    monkeypatch.setattr(conv, "SHIFT_WASTE", 0.0)
+    monkeypatch.setattr(conv, "DIRECT_MAX_DEPTH", 0)  # im2col
     op = _op("core.Conv")
     x = _data((5, 6, 7, 4))
     if layout == "channels-last":

@@ -168,10 +168,17 @@ def global_average_pool(x: np.ndarray) -> np.ndarray:
     """``core.GlobalAveragePool``: the mean over the spatial axes, kept as size 1. The
     row sums of ``[N*C, D]`` go through ``einsum``, whose SIMD loop costs far less per
     short row than ``sum``'s reduction machinery (and, single-threaded, never waits on
-    a busy BLAS thread the way a matrix-vector product can)."""
+    a busy BLAS thread the way a matrix-vector product can); a channels-last input is
+    summed over its pixel rows in place."""
     count = math.prod(x.shape[2:])
-    planes = x.reshape(x.shape[0] * x.shape[1], count)
-    y = planes[:, 0].copy() if count == 1 else np.einsum("ij->i", planes)
+    last = np.moveaxis(x, 1, -1)
+    if count > 1 and x.ndim > 2 and last.flags.c_contiguous:
+        # A channels-last buffer (the CPU plan's Conv outputs): sum the pixels of each
+        # image as rows, without gathering each channel's plane first.
+        y = np.einsum("ijk->ik", last.reshape(x.shape[0], count, x.shape[1]))
+    else:
+        planes = x.reshape(x.shape[0] * x.shape[1], count)
+        y = planes[:, 0].copy() if count == 1 else np.einsum("ij->i", planes)
     y /= x.dtype.type(count)  # an empty spatial extent: 0 / 0 = NaN
     return y.reshape(*x.shape[:2], *[1] * (x.ndim - 2))
 

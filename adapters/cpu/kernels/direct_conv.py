@@ -1,0 +1,387 @@
+"""Direct 2-D convolution on channels-last data, register-blocked in LLVM IR.
+
+A Conv over a zero-bordered channels-last grid ``[N, Hp, Wp, C]`` is, for each
+output pixel, a sum over the window's ``(kh, kw, c)`` of one input value times a
+row of filters ``[M]``. The micro-kernel (:func:`_tile_kernel`, a numba
+intrinsic that emits LLVM IR) computes a tile of :data:`TILE_PIXELS` adjacent
+output pixels by :data:`TILE_VECTORS` SIMD vectors of output channels: its
+accumulators stay in registers for the whole window, each step broadcasts one
+input value per pixel and multiplies it into the filter vectors (``fmuladd``),
+and the tile is written once, with the bias already added and the Relu (if
+any) applied. Nothing like im2col's columns is ever written, and the input
+and filters are read from cache: this is how fast CPU libraries convolve the
+thin channel counts of small CNNs, where a GEMM is too narrow for BLAS.
+
+numba's own loop vectorizer cannot be relied on for this: it vectorizes the
+reduction over the window instead of the channels and spills the
+accumulators (measured: 3 GFLOP/s against the micro-kernel's 120-160 on the
+16-channel layers of ``benchmarks/models.py``). The IR uses LLVM vector types,
+so the same code is correct on any target; its register budget is sized for
+AVX2 (16 vector registers of :data:`VECTOR_BYTES`).
+
+Output channels are processed in blocks of ``TILE_VECTORS`` vectors; the
+filters and bias are padded with zeros to whole blocks (:func:`pack_filters`)
+and a last, partial block is stored through a lane mask, so any channel count
+works. Rows of output pixels are split between threads
+(:func:`convolve`, :class:`_Crew`); the kernel releases the GIL.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+VECTOR_BYTES = 32
+"""Bytes of one SIMD vector (an AVX2 register): 8 float32 or 4 float64 lanes."""
+TILE_PIXELS = 4
+"""Adjacent output pixels one micro-kernel call computes."""
+TILE_VECTORS = 2
+"""Output-channel vectors per pixel: 4 x 2 accumulators, two filter vectors and a
+broadcast leave room in 16 registers (4 x 4 and 8 x 1 were measured no faster)."""
+MIN_ROWS_PER_THREAD = 8
+"""Output rows below which a thread is not worth waking."""
+
+
+def lanes(dtype: np.dtype) -> int:
+    """SIMD lanes of ``dtype`` in one vector."""
+    return VECTOR_BYTES // np.dtype(dtype).itemsize
+
+
+def block_channels(dtype: np.dtype) -> int:
+    """Output channels one tile covers: filters are padded to a multiple of this."""
+    return TILE_VECTORS * lanes(dtype)
+
+
+class _TileCodegen:
+    """LLVM IR helpers over one vector type (``VECTOR_BYTES`` of the array's dtype)."""
+
+    def __init__(self, context: Any, builder: ir.IRBuilder, dtype: types.Float) -> None:
+        self.builder = builder
+        self.width = VECTOR_BYTES * 8 // dtype.bitwidth
+        self.vector = ir.VectorType(context.get_value_type(dtype), self.width)
+        self.i32, self.i64 = ir.IntType(32), ir.IntType(64)
+        suffix = f"v{self.width}f{dtype.bitwidth}"
+        self.fmuladd = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(self.vector, [self.vector] * 3),
+            f"llvm.fmuladd.{suffix}")
+        self.masked_store = cgutils.get_or_insert_function(
+            builder.module,
+            ir.FunctionType(ir.VoidType(), [self.vector, self.vector.as_pointer(), self.i32,
+                                            ir.VectorType(ir.IntType(1), self.width)]),
+            f"llvm.masked.store.{suffix}.p0")
+
+    def const(self, value: int) -> ir.Constant:
+        return ir.Constant(self.i64, value)
+
+    def add(self, *terms: ir.Value) -> ir.Value:
+        total = terms[0]
+        for term in terms[1:]:
+            total = self.builder.add(total, term)
+        return total
+
+    def mul(self, a: ir.Value, b: ir.Value) -> ir.Value:
+        return self.builder.mul(a, b)
+
+    def vector_at(self, pointer: ir.Value, offset: ir.Value) -> ir.Value:
+        """``pointer + offset`` as a pointer to a vector."""
+        element = self.builder.gep(pointer, [offset], inbounds=True)
+        return self.builder.bitcast(element, self.vector.as_pointer())
+
+    def load_vector(self, pointer: ir.Value, offset: ir.Value) -> ir.Value:
+        return self.builder.load(self.vector_at(pointer, offset), align=1)
+
+    def splat(self, value: ir.Value) -> ir.Value:
+        """A vector of ``width`` copies of ``value``."""
+        zeros = ir.Constant(ir.VectorType(self.i32, self.width), [0] * self.width)
+        first = self.builder.insert_element(ir.Constant(ir.VectorType(value.type, self.width),
+                                                        None), value, ir.Constant(self.i32, 0))
+        return self.builder.shuffle_vector(first, first, zeros)
+
+    def store_lanes(self, value: ir.Value, pointer: ir.Value, offset: ir.Value,
+                    count: ir.Value) -> None:
+        """Stores the first ``count`` lanes of ``value`` (all when ``count >= width``)."""
+        builder, target = self.builder, self.vector_at(pointer, offset)
+        whole = builder.icmp_signed(">=", count, self.const(self.width))
+        with builder.if_else(whole) as (full, partial):
+            with full:
+                builder.store(value, target, align=1)
+            with partial:
+                lanes = ir.Constant(ir.VectorType(self.i64, self.width), list(range(self.width)))
+                mask = builder.icmp_signed("<", lanes, self.splat(count))
+                builder.call(self.masked_store, [value, target, ir.Constant(self.i32, 1), mask])
+
+
+def _tile_kernel(pixels: int, vectors: int) -> Any:
+    """The micro-kernel intrinsic for a tile of ``pixels`` x ``vectors`` vectors.
+
+    ``tile(rows, filters, bias, out, x0, f0, o0, counts, x_steps, f_steps, pixel_step,
+    out_step, block, valid, relu)``, with ``counts = (kh, kw, c)`` loop counts,
+    ``x_steps = (kh, kw)`` strides of the input rows (elements; ``c`` is contiguous)
+    and ``f_steps = (kh, kw, filter_row)`` those of the filter rows, adds for every
+    ``(kh, kw, c)`` and pixel ``p < pixels``::
+
+        rows[x0 + p * pixel_step + kh * x_steps[0] + kw * x_steps[1] + c]
+          * filters[(f0 + kh * f_steps[0] + kw * f_steps[1] + c) * filter_row + block :]
+
+    (``vectors`` vectors of it) to ``bias[block:]``, and stores pixel ``p`` at
+    ``out[o0 + p * out_step :]``, only its first ``valid`` channels when fewer than a
+    tile's remain. The accumulators are stack slots that LLVM keeps in registers.
+    """
+
+    @intrinsic
+    def tile(typingctx, rows, filters, bias, out, x0, f0, o0, counts, x_steps, f_steps,
+             pixel_step, out_step, block, valid, relu):
+        signature = types.void(rows, filters, bias, out, x0, f0, o0, counts, x_steps, f_steps,
+                               pixel_step, out_step, block, valid, relu)
+
+        def codegen(context, builder, sig, args):
+            x0_, f0_, o0_ = args[4:7]
+            counts_, x_steps_, f_steps_ = (cgutils.unpack_tuple(builder, t) for t in args[7:10])
+            pixel_step_, out_step_, block_, valid_, relu_ = args[10:]
+            rows_p, filters_p, bias_p, out_p = (
+                context.make_array(t)(context, builder, a).data
+                for a, t in zip(args[:4], sig.args[:4], strict=True))
+            ir_ = _TileCodegen(context, builder, sig.args[0].dtype)
+            width, filter_row = ir_.width, f_steps_[2]
+            slots = [[cgutils.alloca_once(builder, ir_.vector) for _ in range(vectors)]
+                     for _ in range(pixels)]
+            for row in slots:
+                for j, slot in enumerate(row):
+                    start = ir_.add(block_, ir_.const(j * width))
+                    builder.store(ir_.load_vector(bias_p, start), slot)
+            with (cgutils.for_range(builder, counts_[0]) as kh_loop,
+                  cgutils.for_range(builder, counts_[1]) as kw_loop,
+                  cgutils.for_range(builder, counts_[2]) as c_loop):
+                kh, kw, c = kh_loop.index, kw_loop.index, c_loop.index
+                x_start = ir_.add(x0_, ir_.mul(kh, x_steps_[0]), ir_.mul(kw, x_steps_[1]), c)
+                f_row = ir_.add(f0_, ir_.mul(kh, f_steps_[0]), ir_.mul(kw, f_steps_[1]), c)
+                f_start = ir_.add(ir_.mul(f_row, filter_row), block_)
+                weights = [ir_.load_vector(filters_p, ir_.add(f_start, ir_.const(j * width)))
+                           for j in range(vectors)]
+                for p, row in enumerate(slots):
+                    offset = ir_.add(x_start, ir_.mul(ir_.const(p), pixel_step_))
+                    spread = ir_.splat(builder.load(builder.gep(rows_p, [offset],
+                                                                inbounds=True)))
+                    for weight, slot in zip(weights, row, strict=True):
+                        builder.store(builder.call(ir_.fmuladd,
+                                                   [spread, weight, builder.load(slot)]), slot)
+            zero = ir.Constant(ir_.vector, None)
+            for p, row in enumerate(slots):
+                for j, slot in enumerate(row):
+                    value = builder.load(slot)
+                    # Relu keeps NaN: an unordered compare is true for it.
+                    positive = builder.fcmp_unordered(">", value, zero)
+                    value = builder.select(relu_, builder.select(positive, value, zero), value)
+                    offset = ir_.add(o0_, ir_.const(j * width), ir_.mul(ir_.const(p), out_step_))
+                    ir_.store_lanes(value, out_p, offset,
+                                    builder.sub(valid_, ir_.const(j * width)))
+            return context.get_dummy_value()
+
+        return signature, codegen
+
+    return tile
+
+
+@intrinsic
+def _copy(typingctx, target, target_start, source, source_start, count):
+    """``target[target_start:][:count] = source[source_start:][:count]`` as one
+    ``memcpy`` (numba's own loops check every index and do not vectorize)."""
+    signature = types.void(target, target_start, source, source_start, count)
+
+    def codegen(context, builder, sig, args):
+        target_, target_start_, source_, source_start_, count_ = args
+        target_p, source_p = (context.make_array(t)(context, builder, a).data
+                              for a, t in ((target_, sig.args[0]), (source_, sig.args[2])))
+        cgutils.raw_memcpy(builder, builder.gep(target_p, [target_start_], inbounds=True),
+                           builder.gep(source_p, [source_start_], inbounds=True), count_,
+                           context.get_abi_sizeof(context.get_data_type(sig.args[0].dtype)))
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+def _memory(x: np.ndarray) -> np.ndarray:
+    """The memory that ``x`` (strides >= 0, whole elements) spans, as a 1-D array from
+    its first element to its last."""
+    extent = sum((d - 1) * s for d, s in zip(x.shape, x.strides, strict=True)) // x.itemsize
+    return np.lib.stride_tricks.as_strided(x, (extent + 1,), (x.itemsize,), writeable=False)
+
+
+_TILE = _tile_kernel(TILE_PIXELS, TILE_VECTORS)
+_EDGE = _tile_kernel(1, TILE_VECTORS)
+
+
+@numba.njit(nogil=True, cache=True)
+def _taps(o, stride, begin, dilation, kernel, size):  # pragma: no cover - numba
+    """``(first, stop)``: the kernel positions of output coordinate ``o`` whose input
+    coordinate ``o * stride - begin + k * dilation`` lies in ``[0, size)``."""
+    origin = o * stride - begin
+    first = 0 if origin >= 0 else min(kernel, (-origin + dilation - 1) // dilation)
+    stop = 0 if origin > size - 1 else min(kernel, (size - 1 - origin) // dilation + 1)
+    return first, max(first, stop)
+
+
+@numba.njit(nogil=True, cache=True)
+def _rows(x, filters, bias, out, first, last, geometry, steps, relu
+          ):  # pragma: no cover - compiled by numba
+    """Output rows ``first:last`` (of ``N * OH``) of the Conv; see :func:`convolve`."""
+    (h, w, c, out_h, out_w, m, kh_size, kw_size, stride_h, stride_w, begin_h, begin_w,
+     dil_h, dil_w) = geometry
+    block = TILE_VECTORS * (VECTOR_BYTES // filters.itemsize)
+    # The input rows one output row reads, with zero columns where the windows reach
+    # past the input's left and right edges.
+    span = (out_w - 1) * stride_w + (kw_size - 1) * dil_w + 1
+    rows = np.zeros(kh_size * span * c, x.dtype)
+    start, stop = max(0, -begin_w), min(w, span - begin_w)
+    if dil_w == 1:  # (kw, c) is one contiguous run of the rows and of the filters
+        counts_w, counts_c, x_kw = 1, kw_size * c, 0
+    else:
+        counts_w, counts_c, x_kw = kw_size, c, dil_w * c
+    full = out_w - out_w % TILE_PIXELS
+    for r in range(first, last):
+        n = r // out_h
+        oh = r - n * out_h
+        kh0, kh1 = _taps(oh, stride_h, begin_h, dil_h, kh_size, h)
+        for kh in range(kh0, kh1):
+            source = n * steps[0] + (oh * stride_h - begin_h + kh * dil_h) * steps[1]
+            target = ((kh - kh0) * span + begin_w) * c
+            if steps[2] == c and steps[3] == 1:  # channels-last: one contiguous run
+                _copy(rows, target + start * c, x, source + start * c, (stop - start) * c)
+            else:  # NCHW memory: gathered (unsigned indices: no wraparound checks)
+                for iw in range(start, stop):
+                    for ci in range(c):
+                        rows[numba.uint64(target + iw * c + ci)] = \
+                            x[numba.uint64(source + iw * steps[2] + ci * steps[3])]
+        counts = (kh1 - kh0, counts_w, counts_c)
+        x_steps = (span * c, x_kw)
+        f_steps = (kw_size * c, c, filters.shape[1])
+        f0 = kh0 * kw_size * c
+        o_row = r * out_w * m
+        for m0 in range(0, m, block):
+            for ow in range(0, full, TILE_PIXELS):
+                _TILE(rows, filters, bias, out, ow * stride_w * c, f0, o_row + ow * m + m0,
+                      counts, x_steps, f_steps, stride_w * c, m, m0, m - m0, relu)
+            for ow in range(full, out_w):
+                _EDGE(rows, filters, bias, out, ow * stride_w * c, f0, o_row + ow * m + m0,
+                      counts, x_steps, f_steps, stride_w * c, m, m0, m - m0, relu)
+
+
+def pack_filters(w: np.ndarray, bias: np.ndarray | None, dtype: np.dtype
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """``w [M, C, KH, KW]`` as rows ``(KH, KW, C)`` of ``M`` padded with zeros to a whole
+    number of blocks (:func:`block_channels`), and the bias padded alike (zeros when
+    absent)."""
+    m = w.shape[0]
+    padded = -(-m // block_channels(dtype)) * block_channels(dtype)
+    rows = np.zeros((int(np.prod(w.shape[1:])), padded), dtype)
+    rows[:, :m] = w.transpose(2, 3, 1, 0).reshape(-1, m)
+    packed_bias = np.zeros(padded, dtype)
+    if bias is not None:
+        packed_bias[:m] = bias
+    return rows, packed_bias
+
+
+def default_threads() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
+
+
+class _Crew:
+    """Worker threads that each take calls from a queue of their own.
+
+    Splitting a Conv takes one queue hand-off per extra thread (about 16 us here,
+    where a ``ThreadPoolExecutor`` future took 40-80 us); the caller runs the first
+    share itself. Safe for concurrent callers: every call brings its own reply
+    queue. After a ``fork`` the child starts a new crew (the parent's threads do
+    not exist there).
+    """
+
+    def __init__(self) -> None:
+        self._inboxes: list[queue.SimpleQueue] = []
+        self._lock = threading.Lock()
+
+    def _inbox(self, index: int) -> queue.SimpleQueue:
+        with self._lock:
+            while len(self._inboxes) <= index:
+                inbox: queue.SimpleQueue = queue.SimpleQueue()
+                threading.Thread(target=self._work, args=(inbox,), daemon=True,
+                                 name=f"polyhal-conv-{len(self._inboxes)}").start()
+                self._inboxes.append(inbox)
+            return self._inboxes[index]
+
+    @staticmethod
+    def _work(inbox: queue.SimpleQueue) -> None:
+        while True:
+            call, replies = inbox.get()
+            try:
+                call()
+                replies.put(None)
+            except BaseException as error:  # handed to the caller, which raises it
+                replies.put(error)
+
+    def run(self, calls: list[Callable[[], None]]) -> None:
+        """Runs ``calls[1:]`` on workers and ``calls[0]`` here; returns when all are
+        done, raising the first error."""
+        replies: queue.SimpleQueue = queue.SimpleQueue()
+        for index, call in enumerate(calls[1:]):
+            self._inbox(index).put((call, replies))
+        errors = []
+        try:
+            calls[0]()
+        except BaseException as error:
+            errors.append(error)
+        errors += [e for e in (replies.get() for _ in calls[1:]) if e is not None]
+        if errors:
+            raise errors[0]
+
+
+_crew = _Crew()
+os.register_at_fork(after_in_child=lambda: globals().update(_crew=_Crew()))
+_threads = default_threads()
+
+
+def set_threads(threads: int) -> None:
+    """Split each Conv's rows between ``threads`` threads (the caller and workers)."""
+    global _threads
+    _threads = max(1, threads)
+
+
+def convolve(x: np.ndarray, filters: tuple[np.ndarray, np.ndarray], out: np.ndarray,
+             kernel: tuple[int, int], strides: tuple[int, int], dilations: tuple[int, int],
+             begin: tuple[int, int], relu: bool) -> None:
+    """``out [N, OH, OW, M]`` (C-contiguous) = Conv(``x``) + bias (then Relu).
+
+    ``x`` is the input seen as ``[N, H, W, C]`` in any memory layout (a
+    channels-last buffer, an NCHW array transposed, views of either; one with a
+    negative stride is copied first).
+    The input rows each output row reads are copied (gathered, for other layouts
+    than channels-last) into a small buffer whose columns past the input's edges
+    are zero (``begin`` pads before each axis; rows outside the input are
+    skipped), so nothing is padded.
+    ``filters`` come from :func:`pack_filters`.
+    """
+    if any(stride < 0 or stride % x.itemsize for stride in x.strides):
+        x = np.ascontiguousarray(x)  # a reversed or unaligned view: one compact copy
+    n, h, w, c = x.shape
+    _, out_h, out_w, m = out.shape
+    geometry = (h, w, c, out_h, out_w, m, *kernel, *strides, *begin, *dilations)
+    steps = tuple(stride // x.itemsize for stride in x.strides)
+    arguments = (_memory(x), *filters, out.reshape(-1))
+    total = n * out_h
+    threads = max(1, min(_threads, total // MIN_ROWS_PER_THREAD))
+    bounds = [total * i // threads for i in range(threads + 1)]
+    _crew.run([functools.partial(_rows, *arguments, first, last, geometry, steps, relu)
+               for first, last in itertools.pairwise(bounds)])
