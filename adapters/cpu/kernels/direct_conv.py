@@ -29,7 +29,6 @@ works. Rows of output pixels are split between threads
 from __future__ import annotations
 
 import functools
-import itertools
 import os
 import queue
 import threading
@@ -52,6 +51,8 @@ TILE_VECTORS = 2
 broadcast leave room in 16 registers (4 x 4 and 8 x 1 were measured no faster)."""
 MIN_ROWS_PER_THREAD = 8
 """Output rows below which a thread is not worth waking."""
+CHUNKS_PER_THREAD = 8
+"""Chunks of output rows per thread that threads take from a shared counter."""
 
 
 def lanes(dtype: np.dtype) -> int:
@@ -212,6 +213,18 @@ def _copy(typingctx, target, target_start, source, source_start, count):
     return signature, codegen
 
 
+@intrinsic
+def _claim(typingctx, counter, count):
+    """Atomically adds ``count`` to ``counter[0]``; returns the value before."""
+    signature = types.int64(counter, count)
+
+    def codegen(context, builder, sig, args):
+        pointer = context.make_array(sig.args[0])(context, builder, args[0]).data
+        return builder.atomic_rmw("add", pointer, args[1], "monotonic")
+
+    return signature, codegen
+
+
 def _memory(x: np.ndarray) -> np.ndarray:
     """The memory that ``x`` (strides >= 0, whole elements) spans, as a 1-D array from
     its first element to its last."""
@@ -234,48 +247,65 @@ def _taps(o, stride, begin, dilation, kernel, size):  # pragma: no cover - numba
 
 
 @numba.njit(nogil=True, cache=True)
-def _rows(x, filters, bias, out, first, last, geometry, steps, relu
+def _rows(x, filters, bias, out, counter, chunk, geometry, steps, relu
           ):  # pragma: no cover - compiled by numba
-    """Output rows ``first:last`` (of ``N * OH``) of the Conv; see :func:`convolve`."""
+    """Output rows of the Conv (see :func:`convolve`), ``chunk`` rows at a time, taken
+    from the shared ``counter`` until all ``N * OH`` are taken."""
+    out_w, m, kh_size = geometry[4], geometry[5], geometry[6]
+    rows = np.zeros(kh_size * _span(geometry) * geometry[2], x.dtype)
+    total = out.size // (out_w * m)
+    while True:
+        first = _claim(counter, chunk)
+        if first >= total:
+            return
+        for r in range(first, min(first + chunk, total)):
+            _row(x, filters, bias, out, rows, r, geometry, steps, relu)
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _span(geometry):  # pragma: no cover - compiled by numba
+    """Columns of the input one output row reads (with the padding)."""
+    out_w, kw_size, stride_w, dil_w = geometry[4], geometry[7], geometry[9], geometry[13]
+    return (out_w - 1) * stride_w + (kw_size - 1) * dil_w + 1
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _row(x, filters, bias, out, rows, r, geometry, steps, relu
+         ):  # pragma: no cover - compiled by numba
+    """Output row ``r`` (of ``N * OH``): the input rows it reads are copied into
+    ``rows`` (its zero columns stand for the padding), then tiles of it are computed."""
     (h, w, c, out_h, out_w, m, kh_size, kw_size, stride_h, stride_w, begin_h, begin_w,
      dil_h, dil_w) = geometry
-    block = TILE_VECTORS * (VECTOR_BYTES // filters.itemsize)
-    # The input rows one output row reads, with zero columns where the windows reach
-    # past the input's left and right edges.
-    span = (out_w - 1) * stride_w + (kw_size - 1) * dil_w + 1
-    rows = np.zeros(kh_size * span * c, x.dtype)
+    span = _span(geometry)
     start, stop = max(0, -begin_w), min(w, span - begin_w)
-    if dil_w == 1:  # (kw, c) is one contiguous run of the rows and of the filters
-        counts_w, counts_c, x_kw = 1, kw_size * c, 0
-    else:
-        counts_w, counts_c, x_kw = kw_size, c, dil_w * c
+    n = r // out_h
+    oh = r - n * out_h
+    kh0, kh1 = _taps(oh, stride_h, begin_h, dil_h, kh_size, h)
+    for kh in range(kh0, kh1):
+        source = n * steps[0] + (oh * stride_h - begin_h + kh * dil_h) * steps[1]
+        target = ((kh - kh0) * span + begin_w) * c
+        if steps[2] == c and steps[3] == 1:  # channels-last: one contiguous run
+            _copy(rows, target + start * c, x, source + start * c, (stop - start) * c)
+        else:  # other layouts: gathered (unsigned indices: no wraparound checks)
+            for iw in range(start, stop):
+                for ci in range(c):
+                    rows[numba.uint64(target + iw * c + ci)] = \
+                        x[numba.uint64(source + iw * steps[2] + ci * steps[3])]
+    # With unit width dilation (kw, c) is one contiguous run of the rows and filters.
+    counts = (kh1 - kh0, 1, kw_size * c) if dil_w == 1 else (kh1 - kh0, kw_size, c)
+    x_steps = (span * c, dil_w * c)
+    f_steps = (kw_size * c, c, filters.shape[1])
+    f0 = kh0 * kw_size * c
+    o_row = r * out_w * m
+    block = TILE_VECTORS * (VECTOR_BYTES // filters.itemsize)
     full = out_w - out_w % TILE_PIXELS
-    for r in range(first, last):
-        n = r // out_h
-        oh = r - n * out_h
-        kh0, kh1 = _taps(oh, stride_h, begin_h, dil_h, kh_size, h)
-        for kh in range(kh0, kh1):
-            source = n * steps[0] + (oh * stride_h - begin_h + kh * dil_h) * steps[1]
-            target = ((kh - kh0) * span + begin_w) * c
-            if steps[2] == c and steps[3] == 1:  # channels-last: one contiguous run
-                _copy(rows, target + start * c, x, source + start * c, (stop - start) * c)
-            else:  # NCHW memory: gathered (unsigned indices: no wraparound checks)
-                for iw in range(start, stop):
-                    for ci in range(c):
-                        rows[numba.uint64(target + iw * c + ci)] = \
-                            x[numba.uint64(source + iw * steps[2] + ci * steps[3])]
-        counts = (kh1 - kh0, counts_w, counts_c)
-        x_steps = (span * c, x_kw)
-        f_steps = (kw_size * c, c, filters.shape[1])
-        f0 = kh0 * kw_size * c
-        o_row = r * out_w * m
-        for m0 in range(0, m, block):
-            for ow in range(0, full, TILE_PIXELS):
-                _TILE(rows, filters, bias, out, ow * stride_w * c, f0, o_row + ow * m + m0,
-                      counts, x_steps, f_steps, stride_w * c, m, m0, m - m0, relu)
-            for ow in range(full, out_w):
-                _EDGE(rows, filters, bias, out, ow * stride_w * c, f0, o_row + ow * m + m0,
-                      counts, x_steps, f_steps, stride_w * c, m, m0, m - m0, relu)
+    for m0 in range(0, m, block):
+        for ow in range(0, full, TILE_PIXELS):
+            _TILE(rows, filters, bias, out, ow * stride_w * c, f0, o_row + ow * m + m0,
+                  counts, x_steps, f_steps, stride_w * c, m, m0, m - m0, relu)
+        for ow in range(full, out_w):
+            _EDGE(rows, filters, bias, out, ow * stride_w * c, f0, o_row + ow * m + m0,
+                  counts, x_steps, f_steps, stride_w * c, m, m0, m - m0, relu)
 
 
 def pack_filters(w: np.ndarray, bias: np.ndarray | None, dtype: np.dtype
@@ -382,6 +412,9 @@ def convolve(x: np.ndarray, filters: tuple[np.ndarray, np.ndarray], out: np.ndar
     arguments = (_memory(x), *filters, out.reshape(-1))
     total = n * out_h
     threads = max(1, min(_threads, total // MIN_ROWS_PER_THREAD))
-    bounds = [total * i // threads for i in range(threads + 1)]
-    _crew.run([functools.partial(_rows, *arguments, first, last, geometry, steps, relu)
-               for first, last in itertools.pairwise(bounds)])
+    # Rows are taken in small chunks from a shared counter, so a thread that is slowed
+    # down (a busy core, a preempted vCPU) takes fewer of them.
+    chunk = max(1, total // (threads * CHUNKS_PER_THREAD))
+    counter = np.zeros(1, np.int64)
+    _crew.run([functools.partial(_rows, *arguments, counter, chunk, geometry, steps, relu)
+               for _ in range(threads)])
