@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from polyhal.adapters.cpu.kernels import direct_conv
 from polyhal.adapters.cpu.kernels._windows import Windows
 from polyhal.ir.limits import ensure_allocatable
 
@@ -247,6 +246,8 @@ class Conv2dLowering:
         for NCHW columns, then the bias (zero when absent)."""
         w = w.astype(self.dtype, copy=False)
         if self.direct:
+            from polyhal.adapters.cpu.kernels import direct_conv  # needs numba
+
             return direct_conv.pack_filters(w, bias, self.dtype)
         last = np.zeros(self.m, self.dtype) if bias is None else bias.astype(self.dtype)
         rows_last = np.concatenate([w.transpose(2, 3, 1, 0).reshape(-1, self.m), last[None]])
@@ -261,6 +262,8 @@ class Conv2dLowering:
         last = x.transpose(0, 2, 3, 1)
         if self.direct:
             win = self.win
+            from polyhal.adapters.cpu.kernels import direct_conv
+
             direct_conv.convolve(last, filters, out.transpose(0, 2, 3, 1), win.kernel,
                                  win.strides, win.dilations, win.pads()[0], self.relu)
             return

@@ -1,8 +1,7 @@
 """Direct 2-D convolution on channels-last data, register-blocked in LLVM IR.
 
-A Conv over a zero-bordered channels-last grid ``[N, Hp, Wp, C]`` is, for each
-output pixel, a sum over the window's ``(kh, kw, c)`` of one input value times a
-row of filters ``[M]``. The micro-kernel (:func:`_tile_kernel`, a numba
+A Conv is, for each output pixel, a sum over the window's ``(kh, kw, c)`` of one
+input value times a row of filters ``[M]``. The micro-kernel (:func:`_tile_kernel`, a numba
 intrinsic that emits LLVM IR) computes a tile of :data:`TILE_PIXELS` adjacent
 output pixels by :data:`TILE_VECTORS` SIMD vectors of output channels: its
 accumulators stay in registers for the whole window, each step broadcasts one
@@ -14,16 +13,19 @@ thin channel counts of small CNNs, where a GEMM is too narrow for BLAS.
 
 numba's own loop vectorizer cannot be relied on for this: it vectorizes the
 reduction over the window instead of the channels and spills the
-accumulators (measured: 3 GFLOP/s against the micro-kernel's 120-160 on the
-16-channel layers of ``benchmarks/models.py``). The IR uses LLVM vector types,
+accumulators (measured: 3 GFLOP/s against the micro-kernel's 75-90 per core on
+the 16-channel layers of ``benchmarks/models.py``). The IR uses LLVM vector types,
 so the same code is correct on any target; its register budget is sized for
 AVX2 (16 vector registers of :data:`VECTOR_BYTES`).
 
 Output channels are processed in blocks of ``TILE_VECTORS`` vectors; the
 filters and bias are padded with zeros to whole blocks (:func:`pack_filters`)
 and a last, partial block is stored through a lane mask, so any channel count
-works. Rows of output pixels are split between threads
-(:func:`convolve`, :class:`_Crew`); the kernel releases the GIL.
+works. For each output row, the input rows its windows read are first copied
+into a small buffer with zero columns where the windows reach past the input's
+edges, so padding is never materialized for the whole input. Rows of output
+pixels are shared between threads (:func:`convolve`, :class:`_Crew`); the
+kernel releases the GIL.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ TILE_PIXELS = 4
 """Adjacent output pixels one micro-kernel call computes."""
 TILE_VECTORS = 2
 """Output-channel vectors per pixel: 4 x 2 accumulators, two filter vectors and a
-broadcast leave room in 16 registers (4 x 4 and 8 x 1 were measured no faster)."""
+broadcast leave room in 16 registers (tiles of 3 x 4, 2 x 4, 6 x 2 and 8 x 1 pixels
+x vectors were measured slower)."""
 MIN_ROWS_PER_THREAD = 8
 """Output rows below which a thread is not worth waking."""
 CHUNKS_PER_THREAD = 8
