@@ -372,21 +372,6 @@ def test_direct_conv_matches_the_reference_across_tiles_and_blocks(monkeypatch, 
         _assert_close("core.Conv", [actual], [want], f"direct {x_shape} {m} {attrs} {relu}")
 
 
-def test_direct_conv_gives_the_same_bits_on_any_thread_count():
-    from polyhal.adapters.cpu.kernels import direct_conv
-
-    x, w, b = _data((5, 16, 12, 10)), _data((20, 16, 3, 3)), _data((20,))
-    results = []
-    for threads in (1, 2, 3):
-        direct_conv.set_threads(threads)
-        try:
-            results.append(lowered_conv(x, w, b, pads=[1, 1, 1, 1]))
-        finally:
-            direct_conv.set_threads(direct_conv.default_threads())
-    for result in results[1:]:
-        np.testing.assert_array_equal(result, results[0])  # each pixel: one thread, one order
-
-
 def test_shallow_windows_run_direct_and_deep_ones_on_blas():
     def lowering(channels: int, kernel: int = 3, dtype: Any = np.float32
                  ) -> conv.Conv2dLowering:

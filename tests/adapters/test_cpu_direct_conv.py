@@ -1,0 +1,110 @@
+"""The direct Conv kernel's threading: any thread count gives the same bits, callers
+may run at once, a forked child convolves, and a worker's error reaches its caller."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+
+import numpy as np
+import pytest
+
+from polyhal.adapters.cpu.kernels import direct_conv
+
+
+def _problem(seed: int = 0, dtype: type = np.float32
+             ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray], np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(5, 12, 10, 16)).astype(dtype)  # [N, H, W, C]
+    filters = direct_conv.pack_filters(rng.normal(size=(20, 16, 3, 3)).astype(dtype),
+                                       rng.normal(size=20).astype(dtype), np.dtype(dtype))
+    return x, filters, np.empty((5, 12, 10, 20), dtype)
+
+
+def _convolve(x: np.ndarray, filters: tuple[np.ndarray, np.ndarray], out: np.ndarray
+              ) -> np.ndarray:
+    direct_conv.convolve(x, filters, out, (3, 3), (1, 1), (1, 1), (1, 1), relu=True)
+    return out
+
+
+def _expected(x: np.ndarray, filters: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    rows, bias = filters
+    padded = np.pad(x.astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    n, h, w, c = x.shape
+    windows = np.stack([padded[:, i:i + h, j:j + w] for i in range(3) for j in range(3)],
+                       axis=3).reshape(n, h, w, 9 * c)  # (kh, kw, c), as the rows are
+    return np.maximum(windows @ rows[:, :20] + bias[:20], 0)
+
+
+@pytest.fixture
+def threads():
+    """Sets the thread count for one test, then restores the default."""
+    yield direct_conv.set_threads
+    direct_conv.set_threads(direct_conv.default_threads())
+
+
+def test_any_thread_count_gives_the_same_bits(threads):
+    x, filters, out = _problem()
+    results = []
+    for count in (1, 2, 3, 7):
+        threads(count)
+        results.append(_convolve(x, filters, out).copy())
+    np.testing.assert_allclose(results[0], _expected(x, filters), rtol=1e-5, atol=1e-5)
+    for result in results[1:]:
+        np.testing.assert_array_equal(result, results[0])  # each row: one thread, one order
+
+
+def test_callers_in_several_threads_each_get_their_own_result(threads):
+    threads(3)
+    problems = [_problem(seed) for seed in range(4)]
+    wanted = [_expected(x, filters) for x, filters, _ in problems]
+    failures: list[str] = []
+
+    def caller(index: int) -> None:
+        x, filters, out = problems[index]
+        for _ in range(20):
+            got = _convolve(x, filters, out)
+            if not np.allclose(got, wanted[index], rtol=1e-5, atol=1e-5):
+                failures.append(f"caller {index}")
+
+    workers = [threading.Thread(target=caller, args=(i,)) for i in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=60)
+    assert not any(w.is_alive() for w in workers) and not failures
+
+
+def _convolve_in_child(queue: multiprocessing.Queue) -> None:
+    x, filters, out = _problem()
+    queue.put(bool(np.allclose(_convolve(x, filters, out), _expected(x, filters),
+                               rtol=1e-5, atol=1e-5)))
+
+
+def test_a_forked_child_convolves_on_its_own_workers(threads):
+    threads(2)
+    x, filters, out = _problem()
+    _convolve(x, filters, out)  # the parent's workers exist now
+    context = multiprocessing.get_context("fork")
+    queue: multiprocessing.Queue = context.Queue()
+    child = context.Process(target=_convolve_in_child, args=(queue,))
+    child.start()
+    child.join(timeout=30)
+    alive = child.is_alive()
+    if alive:
+        child.kill()
+    assert not alive, "the child hung on its parent's (absent) worker threads"
+    assert child.exitcode == 0 and queue.get(timeout=5)
+
+
+def test_a_workers_error_reaches_the_caller_and_the_crew_goes_on():
+    crew = direct_conv._Crew()
+    ran: list[int] = []
+
+    def fail() -> None:
+        raise ValueError("from a worker")
+
+    with pytest.raises(ValueError, match="from a worker"):
+        crew.run([lambda: ran.append(0), fail])
+    crew.run([lambda: ran.append(1), lambda: ran.append(2)])
+    assert sorted(ran) == [0, 1, 2]
