@@ -416,7 +416,10 @@ def test_lowering_declines_what_the_generic_kernel_handles(monkeypatch):
     assert lowered_conv(_data((2, 4, 5, 5)), _data((4, 2, 3, 3)), None, group=2) is None
     assert lowered_conv(_data((0, 4, 5, 5)), _data((3, 4, 3, 3)), None) is None  # empty
     monkeypatch.setattr(conv, "TILE_BYTES", 100)  # one image's columns exceed a tile
+    monkeypatch.setattr(conv, "DIRECT_MAX_DEPTH", 0)
     assert lowered_conv(_data((2, 4, 5, 5)), _data((3, 4, 3, 3)), None) is None
+    monkeypatch.setattr(conv, "DIRECT_MAX_DEPTH", math.inf)  # writes no columns at all
+    assert lowered_conv(_data((2, 4, 5, 5)), _data((3, 4, 3, 3)), None) is not None
 
 
 # Pools -----------------------------------------------------------------------

@@ -175,8 +175,8 @@ class Conv2dLowering:
     pixels]`` multiplied transposed (im2col). Filters are packed once per
     strategy (:meth:`filters`).
 
-    Only built by :meth:`build` when every image's im2col columns fit in a tile;
-    scratch buffers (:attr:`scratch`) come from the plan's arena, so nothing is
+    Built by :meth:`build` for im2col only when every image's columns fit in a
+    tile; scratch buffers (:attr:`scratch`) come from the plan's arena, so nothing is
     allocated while running.
     """
 
@@ -211,7 +211,7 @@ class Conv2dLowering:
               dtype: np.dtype, relu: bool = False) -> Conv2dLowering | None:
         """The lowering of ``Conv(x, w)`` (then ``Relu`` if ``relu``) with resolved
         ``attrs``; ``None`` where the generic kernel is used instead (not 2-D,
-        grouped, empty, or an image whose columns exceed a tile)."""
+        grouped, empty, or, for im2col, an image whose columns exceed a tile)."""
         if len(x_shape) != 4 or attrs["group"] != 1 or 0 in x_shape or 0 in w_shape:
             return None
         geometry = {k: attrs[k] for k in ("auto_pad", "dilations", "pads", "strides")}
@@ -219,7 +219,8 @@ class Conv2dLowering:
         if 0 in win.out:
             return None
         lowering = cls(x_shape, w_shape, win, dtype, relu)
-        if lowering.width * lowering.pixels * lowering.dtype.itemsize > TILE_BYTES:
+        if (not lowering.direct
+                and lowering.width * lowering.pixels * lowering.dtype.itemsize > TILE_BYTES):
             return None
         return lowering
 
