@@ -161,11 +161,11 @@ def compile_group(group: FusionGroup) -> Callable[..., Any]:
 
 
 def fused_step(group: FusionGroup) -> Callable[..., np.ndarray]:
-    """A function of the group's input arrays that returns its output (``out=`` honoured)."""
+    """A function of the group's input arrays that returns its output (``out=`` honoured;
+    run under the plan's ``np.errstate``)."""
     ufunc = compile_group(group)
 
     def run(*arrays: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        with np.errstate(all="ignore"):
-            return ufunc(*arrays, out=out) if out is not None else ufunc(*arrays)
+        return ufunc(*arrays, out=out) if out is not None else ufunc(*arrays)
 
     return run

@@ -115,13 +115,11 @@ def _generic(node: Node) -> Callable[..., Any]:
         if low or any(a is not None and _low(a.dtype) for a in args):
             args = tuple(a.astype(np.float32) if a is not None and _low(a.dtype) else a
                          for a in args)
-            with np.errstate(all="ignore"):  # rounding to 16 bits may overflow to inf
-                result = kernel(*args, **attrs)
-                results = list(result) if isinstance(result, tuple | list) else [result]
-                return [np.asarray(r).astype(d, copy=False)
-                        for r, d in zip(results, out_dtypes, strict=False)]
-        with np.errstate(all="ignore"):
-            result = kernel(*args, **attrs)
+            result = kernel(*args, **attrs)  # rounding to 16 bits may overflow to inf
+            results = list(result) if isinstance(result, tuple | list) else [result]
+            return [np.asarray(r).astype(d, copy=False)
+                    for r, d in zip(results, out_dtypes, strict=False)]
+        result = kernel(*args, **attrs)
         return [np.asarray(r) for r in (result if isinstance(result, tuple | list)
                                         else (result,))]
 
@@ -256,9 +254,8 @@ class PlanBuilder:
                 target = arena[buffer] if buffer is not None else fresh.allocate()
                 filters = fixed if fixed is not None else lowering.filters(
                     env[w], None if bias is None else env[bias])
-                with np.errstate(all="ignore"):
-                    lowering(env[x], filters, target,
-                             {name: arena[index] for name, index in scratch.items()})
+                lowering(env[x], filters, target,
+                         {name: arena[index] for name, index in scratch.items()})
                 env[out] = target
 
             return step
@@ -277,8 +274,7 @@ class PlanBuilder:
 
             def step(env: Env, arena: Arena) -> None:
                 target = arena[buffer] if buffer is not None else None
-                with np.errstate(all="ignore"):
-                    env[out] = ufunc(*[env[i] for i in ins], out=target)
+                env[out] = ufunc(*[env[i] for i in ins], out=target)
 
             return step
 
@@ -294,8 +290,7 @@ class PlanBuilder:
 
             def step(env: Env, arena: Arena) -> None:
                 target = arena[buffer] if buffer is not None else None
-                with np.errstate(all="ignore"):
-                    env[out] = linalg.matmul(env[a], env[b], out=target)
+                env[out] = linalg.matmul(env[a], env[b], out=target)
 
             return step
 
@@ -314,13 +309,12 @@ class PlanBuilder:
             def step(env: Env, arena: Arena) -> None:
                 a, b = env[ins[0]], env[ins[1]]
                 target = arena[buffer] if buffer is not None else None
-                with np.errstate(all="ignore"):
-                    y = np.matmul(a.T if trans_a else a, b.T if trans_b else b, out=target)
-                    if alpha != 1.0:
-                        y *= y.dtype.type(alpha)
-                    if len(ins) == 3:
-                        c = env[ins[2]]
-                        y += c if beta == 1.0 else c * c.dtype.type(beta)
+                y = np.matmul(a.T if trans_a else a, b.T if trans_b else b, out=target)
+                if alpha != 1.0:
+                    y *= y.dtype.type(alpha)
+                if len(ins) == 3:
+                    c = env[ins[2]]
+                    y += c if beta == 1.0 else c * c.dtype.type(beta)
                 env[out] = y
 
             return step
@@ -479,8 +473,11 @@ class Plan:
             env = list(self.template)
             for slot, array in zip(self.input_slots, arrays, strict=True):
                 env[slot] = array
-            for function in self.functions:
-                function(env, arena)
+            # Floating-point warnings are the IR's semantics (inf, NaN), not errors;
+            # set once per run rather than once per step.
+            with np.errstate(all="ignore"):
+                for function in self.functions:
+                    function(env, arena)
             return [np.array(env[s], copy=True, order="C") if copy
                     else np.asarray(env[s], order="C")
                     for s, copy in zip(self.output_slots, self.copies, strict=True)]
