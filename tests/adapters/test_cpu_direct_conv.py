@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -108,3 +109,19 @@ def test_a_workers_error_reaches_the_caller_and_the_crew_goes_on():
         crew.run([lambda: ran.append(0), fail])
     crew.run([lambda: ran.append(1), lambda: ran.append(2)])
     assert sorted(ran) == [0, 1, 2]
+
+
+def test_an_interrupted_caller_waits_for_its_workers():
+    crew = direct_conv._Crew()
+    finished = threading.Event()
+
+    def slow_worker() -> None:
+        time.sleep(0.3)
+        finished.set()
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        crew.run([interrupted, slow_worker])
+    assert finished.is_set()  # no worker still writes into what the caller gave up

@@ -367,16 +367,26 @@ class _Crew:
 
     def run(self, calls: list[Callable[[], None]]) -> None:
         """Runs ``calls[1:]`` on workers and ``calls[0]`` here; returns when all are
-        done, raising the first error."""
+        done (also after an interrupt, so that no worker writes into a buffer its
+        caller has given up), raising the first error."""
         replies: queue.SimpleQueue = queue.SimpleQueue()
         for index, call in enumerate(calls[1:]):
             self._inbox(index).put((call, replies))
-        errors = []
+        errors: list[BaseException] = []
         try:
             calls[0]()
         except BaseException as error:
             errors.append(error)
-        errors += [e for e in (replies.get() for _ in calls[1:]) if e is not None]
+        pending = len(calls) - 1
+        while pending:  # even when interrupted: workers may still be writing the output
+            try:
+                reply = replies.get()
+            except BaseException as error:  # a KeyboardInterrupt while waiting
+                errors.append(error)
+                continue
+            pending -= 1
+            if reply is not None:
+                errors.append(reply)
         if errors:
             raise errors[0]
 
