@@ -16,11 +16,12 @@ reference kernel). Buffers come from an arena planned once per plan:
   elementwise step over a channels-last input of its output's shape writes one
   too, so chains of Conv, bias, residual adds and activations stay channels-last
   without a transpose; every other step sees an ordinary (strided) array, and
-  outputs are returned C-contiguous; a Relu that is a lowered Conv's only
-  consumer is applied by the Conv as it writes its output (no step of its own);
+  outputs are returned C-contiguous; a Relu, a residual Add, or an Add and a
+  Relu that are a lowered Conv's only consumer are applied by the Conv as it
+  writes its output (an :class:`Epilogue`, no step of its own);
 - scratch buffers a step asks for (im2col columns, a zero-bordered padded
-  input or shifted-GEMM grid) live in the arena too, shared by every step
-  that asks for the same one.
+  input) live in the arena too, shared by every step that asks for the same
+  one.
 """
 
 from __future__ import annotations
@@ -99,6 +100,22 @@ class Step:
     scratch: Scratch = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Epilogue:
+    """Nodes a lowered Conv applies as it writes its output: a residual added, then a
+    Relu (either may be absent)."""
+
+    nodes: tuple[Node, ...]
+    residual: str | None
+    """The value added (same type as the Conv's output)."""
+    relu: bool
+
+    @property
+    def output(self) -> Any:
+        """The value the Conv's step writes (the last absorbed node's output)."""
+        return self.nodes[-1].outputs[0]
+
+
 def _low(dtype: np.dtype) -> bool:
     return dtype == np.float16 or dtype.name == "bfloat16"
 
@@ -136,19 +153,19 @@ class PlanBuilder:
                 o.name for n in graph.nodes for o in n.outputs]:
             self.slots.setdefault(name, len(self.slots))
         self.steps: list[Step] = []
-        self.absorbed: dict[str, Node] = {}
-        """Conv name -> the Relu its step applies."""
+        self.epilogues: dict[str, Epilogue] = {}
+        """Conv name -> what its step applies as it writes."""
 
     def slot(self, name: str) -> int:
         return self.slots[name]
 
     def build(self) -> Plan:
         groups = {g.nodes[-1].name: g for g in find_groups(self.graph)}
+        self.epilogues = self._conv_epilogues(list(groups.values()))
+        absorbed = {n.name for e in self.epilogues.values() for n in e.nodes}
         members = {n.name for g in groups.values() for n in g.nodes[:-1]}
-        self.absorbed = self._relus_after_convs(set(groups) | members)
-        absorbed_relus = {relu.name for relu in self.absorbed.values()}
         for node in self.graph.nodes:
-            if node.name in members or node.name in absorbed_relus:
+            if node.name in members or node.name in absorbed:
                 continue
             if node.name in groups:
                 self.steps.append(self._fused(groups[node.name]))
@@ -156,24 +173,48 @@ class PlanBuilder:
                 self.steps.append(self._node(node))
         return self._plan()
 
-    def _relus_after_convs(self, grouped: set[str]) -> dict[str, Node]:
-        """Conv name -> the Relu it absorbs: a Relu (not in a fusion group) that is the
-        only consumer of a Conv's output, which is not a graph output."""
+    def _conv_epilogues(self, groups: list[FusionGroup]) -> dict[str, Epilogue]:
+        """Conv name -> the nodes its step applies as it writes: the only consumer of a
+        lowered Conv's output (not a graph output) when that is a Relu, an Add of a
+        tensor of the same type made before the Conv (a residual), or a fusion group
+        of just such an Add and a Relu of it."""
         consumers: dict[str, list[Node]] = {}
         for node in self.graph.nodes:
             for name in dict.fromkeys(i for i in node.inputs if i):
                 consumers.setdefault(name, []).append(node)
+        grouped = {n.name: g for g in groups for n in g.nodes}
         graph_outputs = {v.name for v in self.graph.outputs}
-        absorbed = {}
-        for node in self.graph.nodes:
-            if node.op != "Conv" or not self._lowers(node):
+        made_at = {o.name: index for index, n in enumerate(self.graph.nodes) for o in n.outputs}
+        epilogues: dict[str, Epilogue] = {}
+        taken: set[str] = set()
+        for index, node in enumerate(self.graph.nodes):
+            conv_out = node.outputs[0].name
+            after = consumers.get(conv_out, [])
+            if (node.op != "Conv" or len(after) != 1 or conv_out in graph_outputs
+                    or not self._lowers(node)):
                 continue
-            after = consumers.get(node.outputs[0].name, [])
-            if (len(after) == 1 and after[0].op == "Relu" and after[0].domain == "core"
-                    and after[0].name not in grouped
-                    and node.outputs[0].name not in graph_outputs):
-                absorbed[node.name] = after[0]
-        return absorbed
+            first = after[0]
+            if first.name in taken:
+                continue
+            group = grouped.get(first.name)
+            chain = tuple(group.nodes) if group is not None else (first,)
+            if group is not None and group.nodes[0] is not first:
+                continue
+            ops = tuple(n.op for n in chain)
+            residual = None
+            if ops[0] == "Add":
+                other = [i for i in first.inputs if i != conv_out]
+                # The residual must exist when the Conv runs: made before it (when two
+                # Convs meet in one Add, the later one adds the earlier one's output).
+                if (len(other) != 1 or made_at.get(other[0], -1) > index
+                        or self.graph.value_type(other[0]) != self.graph.value_type(conv_out)):
+                    continue
+                residual = other[0]
+            if ops in (("Relu",), ("Add",), ("Add", "Relu")) and all(
+                    n.domain == "core" for n in chain):
+                epilogues[node.name] = Epilogue(chain, residual, ops[-1] == "Relu")
+                taken.update(n.name for n in chain)
+        return epilogues
 
     def _lowers(self, node: Node) -> bool:
         """True where :meth:`_node` may give ``node`` a step of its own rather than its
@@ -233,14 +274,17 @@ class PlanBuilder:
         return Conv2dLowering.build(tuple(int(d) for d in x_type.shape),
                                     tuple(int(d) for d in w_type.shape), attrs,
                                     node.outputs[0].type.dtype.numpy,
-                                    relu=node.name in self.absorbed)
+                                    relu=self._epilogue(node).relu)
+
+    def _epilogue(self, node: Node) -> Epilogue:
+        return self.epilogues.get(node.name, Epilogue((node,), None, False))
 
     def _conv(self, node: Node, lowering: Conv2dLowering) -> Step:
         x, w = (self.slot(i) for i in node.inputs[:2])
         bias = self.slot(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
-        relu = self.absorbed.get(node.name)
-        result = node.outputs[0] if relu is None else relu.outputs[0]
-        out = self.slot(result.name)
+        epilogue = self._epilogue(node)
+        residual = None if epilogue.residual is None else self.slot(epilogue.residual)
+        out = self.slot(epilogue.output.name)
         weight = self.graph.constants.get(node.inputs[1])
         constant_bias = None if bias is None else self.graph.constants.get(node.inputs[2])
         fixed = (lowering.filters(weight, constant_bias)
@@ -255,15 +299,17 @@ class PlanBuilder:
                 filters = fixed if fixed is not None else lowering.filters(
                     env[w], None if bias is None else env[bias])
                 lowering(env[x], filters, target,
-                         {name: arena[index] for name, index in scratch.items()})
+                         {name: arena[index] for name, index in scratch.items()},
+                         None if residual is None else env[residual])
                 env[out] = target
 
             return step
 
-        ins = [x, w] + ([bias] if bias is not None else [])
-        return Step(node.name if relu is None else f"{node.name}+{relu.name}", ins, [out],
-                    False, True, make, [result.type], channels_last=True,
-                    scratch=lowering.scratch)
+        ins = [x, w] + ([bias] if bias is not None else []) + (
+            [residual] if residual is not None else [])
+        name = "+".join([node.name] + [n.name for n in epilogue.nodes if n is not node])
+        return Step(name, ins, [out], False, True, make, [epilogue.output.type],
+                    channels_last=True, scratch=lowering.scratch)
 
     def _ufunc(self, node: Node, ufunc: Callable[..., Any]) -> Step:
         ins = [self.slot(i) for i in node.inputs]

@@ -155,6 +155,37 @@ def test_a_relu_that_only_follows_a_conv_is_applied_by_it(monkeypatch, depth):
                                atol=1e-4)
 
 
+@pytest.mark.parametrize("depth", [0, math.inf], ids=["im2col", "direct"])
+def test_residual_adds_and_their_relus_are_applied_by_the_conv(monkeypatch, depth):
+    monkeypatch.setattr(conv, "DIRECT_MAX_DEPTH", depth)
+    rng = np.random.default_rng(7)
+    g = GraphBuilder("residuals")
+    x = g.input("x", f32["n", 16, 6, 7])
+
+    def conv3(h, name):  # weights of unit gain, so that values keep their scale
+        w = rng.normal(0, 1 / 12, size=(16, 16, 3, 3)).astype(np.float32)
+        return ops.conv(h, g.constant(w), g.constant(rng.normal(size=16).astype(np.float32)),
+                        pads=[1, 1, 1, 1], name=name)
+
+    a = ops.relu(conv3(x, "ca"))
+    b = ops.relu(conv3(a, "cb") + a)  # Add and Relu: a residual block
+    c = conv3(b, "cc1") + conv3(b, "cc2")  # two Convs meet: the later one adds
+    shift = g.constant(rng.normal(size=(1, 16, 1, 1)).astype(np.float32))
+    d = conv3(c, "cd") + shift  # broadcast: an ordinary Add
+    g.output(conv3(d, "ce") + x, name="y")  # the graph's NCHW input as the residual
+    graph = g.build()
+    plan = PlanBuilder(optimize(specialize(graph, {"n": 2}))).build()
+    names = plan.step_names
+    assert "ca+" in names[0] and any(n.startswith("cb+") for n in names), names
+    assert "cc1" in names and any(n.startswith("cc2+") for n in names), names
+    assert "cd" in names and any(n.startswith("ce+") for n in names), names
+    xv = rng.normal(size=(2, 16, 6, 7)).astype(np.float32)
+    xv[0, 3, 2, 2] = np.nan  # NaN passes through the residual and the Relu
+    expected = run(graph, xv)["y"]
+    for _ in range(2):
+        np.testing.assert_allclose(plan.execute([xv])[0], expected, rtol=1e-4, atol=1e-4)
+
+
 def test_inputs_and_views_of_inputs_are_never_written():
     g = GraphBuilder("views")
     x = g.input("x", f32[2, 6])

@@ -1,5 +1,6 @@
 """The direct Conv kernel's threading: any thread count gives the same bits, callers
-may run at once, a forked child convolves, and a worker's error reaches its caller."""
+may run at once, a forked child convolves, a worker's error reaches its caller, and
+an interrupted caller waits for its workers."""
 
 from __future__ import annotations
 

@@ -154,7 +154,8 @@ def _depthwise(x: np.ndarray, w: np.ndarray, win: Windows, group: int, y: np.nda
 class Conv2dLowering:
     """A 2-D Conv of fixed shapes and one group, lowered for the plan, writing a
     **channels-last** output (``[N, OH, OW, M]`` memory, seen as ``[N, M, OH, OW]``),
-    optionally followed by a Relu (``relu``) applied while the output is written.
+    optionally followed by a residual added and a Relu (``relu``), both applied while
+    the output is written.
 
     Two strategies. **Direct** (float32/float64 windows of at most
     :data:`DIRECT_MAX_DEPTH` values, but not a plain 1x1 product):
@@ -256,17 +257,20 @@ class Conv2dLowering:
         return rows_last, rows_first
 
     def __call__(self, x: np.ndarray, filters: tuple[np.ndarray, np.ndarray], out: np.ndarray,
-                 scratch: dict[str, np.ndarray]) -> None:
-        """``out`` (channels-last memory) = Conv(x) + bias (then Relu), ``x`` in any
-        memory layout (``filters`` from :meth:`filters`)."""
+                 scratch: dict[str, np.ndarray], residual: np.ndarray | None = None) -> None:
+        """``out`` (channels-last memory) = Conv(x) + bias (+ ``residual``, a tensor of
+        the output's shape) (then Relu), ``x`` and ``residual`` in any memory layout
+        (``filters`` from :meth:`filters`)."""
         x = x.astype(self.dtype, copy=False)
         last = x.transpose(0, 2, 3, 1)
+        added = None if residual is None else np.ascontiguousarray(
+            residual.astype(self.dtype, copy=False).transpose(0, 2, 3, 1))  # a view if it can
         if self.direct:
             win = self.win
             from polyhal.adapters.cpu.kernels import direct_conv
 
             direct_conv.convolve(last, filters, out.transpose(0, 2, 3, 1), win.kernel,
-                                 win.strides, win.dilations, win.pads()[0], self.relu)
+                                 win.strides, win.dilations, win.pads()[0], self.relu, added)
             return
         rows = out.transpose(0, 2, 3, 1).reshape(self.n * self.pixels, self.m)  # a view
         columns = scratch["conv-columns"]
@@ -274,6 +278,8 @@ class Conv2dLowering:
             self._channels_last(last, filters[0], rows, columns, scratch)
         else:
             self._channels_first(np.ascontiguousarray(x), filters[1], rows, columns)
+        if added is not None:
+            rows += added.reshape(rows.shape)
         if self.relu:
             np.maximum(rows, self.dtype.type(0), out=rows)
 

@@ -80,11 +80,17 @@ class _TileCodegen:
         self.fmuladd = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(self.vector, [self.vector] * 3),
             f"llvm.fmuladd.{suffix}")
+        mask = ir.VectorType(ir.IntType(1), self.width)
         self.masked_store = cgutils.get_or_insert_function(
             builder.module,
             ir.FunctionType(ir.VoidType(), [self.vector, self.vector.as_pointer(), self.i32,
-                                            ir.VectorType(ir.IntType(1), self.width)]),
+                                            mask]),
             f"llvm.masked.store.{suffix}.p0")
+        self.masked_load = cgutils.get_or_insert_function(
+            builder.module,
+            ir.FunctionType(self.vector, [self.vector.as_pointer(), self.i32, mask,
+                                          self.vector]),
+            f"llvm.masked.load.{suffix}.p0")
 
     def const(self, value: int) -> ir.Constant:
         return ir.Constant(self.i64, value)
@@ -113,6 +119,18 @@ class _TileCodegen:
                                                         None), value, ir.Constant(self.i32, 0))
         return self.builder.shuffle_vector(first, first, zeros)
 
+    def first_lanes(self, count: ir.Value) -> ir.Value:
+        """The mask of the first ``count`` lanes."""
+        lanes = ir.Constant(ir.VectorType(self.i64, self.width), list(range(self.width)))
+        return self.builder.icmp_signed("<", lanes, self.splat(count))
+
+    def load_lanes(self, pointer: ir.Value, offset: ir.Value, count: ir.Value) -> ir.Value:
+        """The first ``count`` values at ``pointer + offset`` (zeros in the other lanes):
+        nothing past them is read."""
+        return self.builder.call(self.masked_load, [
+            self.vector_at(pointer, offset), ir.Constant(self.i32, 1), self.first_lanes(count),
+            ir.Constant(self.vector, None)])
+
     def store_lanes(self, value: ir.Value, pointer: ir.Value, offset: ir.Value,
                     count: ir.Value) -> None:
         """Stores the first ``count`` lanes of ``value`` (all when ``count >= width``)."""
@@ -122,16 +140,15 @@ class _TileCodegen:
             with full:
                 builder.store(value, target, align=1)
             with partial:
-                lanes = ir.Constant(ir.VectorType(self.i64, self.width), list(range(self.width)))
-                mask = builder.icmp_signed("<", lanes, self.splat(count))
-                builder.call(self.masked_store, [value, target, ir.Constant(self.i32, 1), mask])
+                builder.call(self.masked_store, [value, target, ir.Constant(self.i32, 1),
+                                                 self.first_lanes(count)])
 
 
 def _tile_kernel(pixels: int, vectors: int) -> Any:
     """The micro-kernel intrinsic for a tile of ``pixels`` x ``vectors`` vectors.
 
-    ``tile(rows, filters, bias, out, x0, f0, o0, counts, x_steps, f_steps, pixel_step,
-    out_step, block, valid, relu)``, with ``counts = (kh, kw, c)`` loop counts,
+    ``tile(rows, filters, bias, out, residual, x0, f0, o0, counts, x_steps, f_steps,
+    pixel_step, out_step, block, valid, add, relu)``, with ``counts = (kh, kw, c)`` loop counts,
     ``x_steps = (kh, kw)`` strides of the input rows (elements; ``c`` is contiguous)
     and ``f_steps = (kh, kw, filter_row)`` those of the filter rows, adds for every
     ``(kh, kw, c)`` and pixel ``p < pixels``::
@@ -139,24 +156,26 @@ def _tile_kernel(pixels: int, vectors: int) -> Any:
         rows[x0 + p * pixel_step + kh * x_steps[0] + kw * x_steps[1] + c]
           * filters[(f0 + kh * f_steps[0] + kw * f_steps[1] + c) * filter_row + block :]
 
-    (``vectors`` vectors of it) to ``bias[block:]``, and stores pixel ``p`` at
+    (``vectors`` vectors of it) to ``bias[block:]``, adds ``residual`` at the pixel's
+    place in ``out`` when ``add`` (``residual`` has ``out``'s layout; pass ``out``
+    itself otherwise), applies the Relu when ``relu``, and stores pixel ``p`` at
     ``out[o0 + p * out_step :]``, only its first ``valid`` channels when fewer than a
     tile's remain. The accumulators are stack slots that LLVM keeps in registers.
     """
 
     @intrinsic
-    def tile(typingctx, rows, filters, bias, out, x0, f0, o0, counts, x_steps, f_steps,
-             pixel_step, out_step, block, valid, relu):
-        signature = types.void(rows, filters, bias, out, x0, f0, o0, counts, x_steps, f_steps,
-                               pixel_step, out_step, block, valid, relu)
+    def tile(typingctx, rows, filters, bias, out, residual, x0, f0, o0, counts, x_steps,
+             f_steps, pixel_step, out_step, block, valid, add, relu):
+        signature = types.void(rows, filters, bias, out, residual, x0, f0, o0, counts, x_steps,
+                               f_steps, pixel_step, out_step, block, valid, add, relu)
 
         def codegen(context, builder, sig, args):
-            x0_, f0_, o0_ = args[4:7]
-            counts_, x_steps_, f_steps_ = (cgutils.unpack_tuple(builder, t) for t in args[7:10])
-            pixel_step_, out_step_, block_, valid_, relu_ = args[10:]
-            rows_p, filters_p, bias_p, out_p = (
+            x0_, f0_, o0_ = args[5:8]
+            counts_, x_steps_, f_steps_ = (cgutils.unpack_tuple(builder, t) for t in args[8:11])
+            pixel_step_, out_step_, block_, valid_, add_, relu_ = args[11:]
+            rows_p, filters_p, bias_p, out_p, residual_p = (
                 context.make_array(t)(context, builder, a).data
-                for a, t in zip(args[:4], sig.args[:4], strict=True))
+                for a, t in zip(args[:5], sig.args[:5], strict=True))
             ir_ = _TileCodegen(context, builder, sig.args[0].dtype)
             width, filter_row = ir_.width, f_steps_[2]
             slots = [[cgutils.alloca_once(builder, ir_.vector) for _ in range(vectors)]
@@ -185,12 +204,14 @@ def _tile_kernel(pixels: int, vectors: int) -> Any:
             for p, row in enumerate(slots):
                 for j, slot in enumerate(row):
                     value = builder.load(slot)
+                    offset = ir_.add(o0_, ir_.const(j * width), ir_.mul(ir_.const(p), out_step_))
+                    count = builder.sub(valid_, ir_.const(j * width))
+                    added = builder.fadd(value, ir_.load_lanes(residual_p, offset, count))
+                    value = builder.select(add_, added, value)
                     # Relu keeps NaN: an unordered compare is true for it.
                     positive = builder.fcmp_unordered(">", value, zero)
                     value = builder.select(relu_, builder.select(positive, value, zero), value)
-                    offset = ir_.add(o0_, ir_.const(j * width), ir_.mul(ir_.const(p), out_step_))
-                    ir_.store_lanes(value, out_p, offset,
-                                    builder.sub(valid_, ir_.const(j * width)))
+                    ir_.store_lanes(value, out_p, offset, count)
             return context.get_dummy_value()
 
         return signature, codegen
@@ -250,7 +271,7 @@ def _taps(o, stride, begin, dilation, kernel, size):  # pragma: no cover - numba
 
 
 @numba.njit(nogil=True, cache=True)
-def _rows(x, filters, bias, out, counter, chunk, geometry, steps, relu
+def _rows(x, filters, bias, out, residual, counter, chunk, geometry, steps, add, relu
           ):  # pragma: no cover - compiled by numba
     """Output rows of the Conv (see :func:`convolve`), ``chunk`` rows at a time, taken
     from the shared ``counter`` until all ``N * OH`` are taken."""
@@ -262,7 +283,7 @@ def _rows(x, filters, bias, out, counter, chunk, geometry, steps, relu
         if first >= total:
             return
         for r in range(first, min(first + chunk, total)):
-            _row(x, filters, bias, out, rows, r, geometry, steps, relu)
+            _row(x, filters, bias, out, residual, rows, r, geometry, steps, add, relu)
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
@@ -273,7 +294,7 @@ def _span(geometry):  # pragma: no cover - compiled by numba
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
-def _row(x, filters, bias, out, rows, r, geometry, steps, relu
+def _row(x, filters, bias, out, residual, rows, r, geometry, steps, add, relu
          ):  # pragma: no cover - compiled by numba
     """Output row ``r`` (of ``N * OH``): the input rows it reads are copied into
     ``rows`` (its zero columns stand for the padding), then tiles of it are computed."""
@@ -304,11 +325,13 @@ def _row(x, filters, bias, out, rows, r, geometry, steps, relu
     full = out_w - out_w % TILE_PIXELS
     for m0 in range(0, m, block):
         for ow in range(0, full, TILE_PIXELS):
-            _TILE(rows, filters, bias, out, ow * stride_w * c, f0, o_row + ow * m + m0,
-                  counts, x_steps, f_steps, stride_w * c, m, m0, m - m0, relu)
+            _TILE(rows, filters, bias, out, residual, ow * stride_w * c, f0,
+                  o_row + ow * m + m0, counts, x_steps, f_steps, stride_w * c, m, m0, m - m0,
+                  add, relu)
         for ow in range(full, out_w):
-            _EDGE(rows, filters, bias, out, ow * stride_w * c, f0, o_row + ow * m + m0,
-                  counts, x_steps, f_steps, stride_w * c, m, m0, m - m0, relu)
+            _EDGE(rows, filters, bias, out, residual, ow * stride_w * c, f0,
+                  o_row + ow * m + m0, counts, x_steps, f_steps, stride_w * c, m, m0, m - m0,
+                  add, relu)
 
 
 def pack_filters(w: np.ndarray, bias: np.ndarray | None, dtype: np.dtype
@@ -404,8 +427,9 @@ def set_threads(threads: int) -> None:
 
 def convolve(x: np.ndarray, filters: tuple[np.ndarray, np.ndarray], out: np.ndarray,
              kernel: tuple[int, int], strides: tuple[int, int], dilations: tuple[int, int],
-             begin: tuple[int, int], relu: bool) -> None:
-    """``out [N, OH, OW, M]`` (C-contiguous) = Conv(``x``) + bias (then Relu).
+             begin: tuple[int, int], relu: bool, residual: np.ndarray | None = None) -> None:
+    """``out [N, OH, OW, M]`` (C-contiguous) = Conv(``x``) + bias (+ ``residual``, a
+    C-contiguous array of ``out``'s shape) (then Relu).
 
     ``x`` is the input seen as ``[N, H, W, C]`` in any memory layout (a
     channels-last buffer, an NCHW array transposed, views of either; one with a
@@ -422,12 +446,18 @@ def convolve(x: np.ndarray, filters: tuple[np.ndarray, np.ndarray], out: np.ndar
     _, out_h, out_w, m = out.shape
     geometry = (h, w, c, out_h, out_w, m, *kernel, *strides, *begin, *dilations)
     steps = tuple(stride // x.itemsize for stride in x.strides)
-    arguments = (_memory(x), *filters, out.reshape(-1))
+    flat = out.reshape(-1)
+    added = flat if residual is None else residual.reshape(-1)
+    if added.shape != flat.shape or added.dtype != flat.dtype:
+        raise ValueError(f"residual {residual.shape} {residual.dtype} "  # type: ignore[union-attr]
+                         f"does not match the output {out.shape} {out.dtype}")
+    arguments = (_memory(x), *filters, flat, added)
     total = n * out_h
     threads = max(1, min(_threads, total // MIN_ROWS_PER_THREAD))
     # Rows are taken in small chunks from a shared counter, so a thread that is slowed
     # down (a busy core, a preempted vCPU) takes fewer of them.
     chunk = max(1, total // (threads * CHUNKS_PER_THREAD))
     counter = np.zeros(1, np.int64)
-    _crew.run([functools.partial(_rows, *arguments, counter, chunk, geometry, steps, relu)
+    _crew.run([functools.partial(_rows, *arguments, counter, chunk, geometry, steps,
+                                 residual is not None, relu)
                for _ in range(threads)])
