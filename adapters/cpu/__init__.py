@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
+from polyhal.adapters.cpu import threads as cpu_threads
 from polyhal.adapters.cpu.plan import Plan, PlanBuilder
 from polyhal.errors import UnsupportedError
 from polyhal.hal import (
@@ -116,9 +117,7 @@ def set_threads(threads: int) -> None:
     import numba
 
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-    from polyhal.adapters.cpu.kernels import direct_conv
-
-    direct_conv.set_threads(threads)
+    cpu_threads.set_count(threads)
 
 
 class CpuAdapter(Adapter):

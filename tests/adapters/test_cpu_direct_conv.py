@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 
+from polyhal.adapters.cpu import threads as cpu_threads
 from polyhal.adapters.cpu.kernels import direct_conv
 
 
@@ -41,8 +42,8 @@ def _expected(x: np.ndarray, filters: tuple[np.ndarray, np.ndarray]) -> np.ndarr
 @pytest.fixture
 def threads():
     """Sets the thread count for one test, then restores the default."""
-    yield direct_conv.set_threads
-    direct_conv.set_threads(direct_conv.default_threads())
+    yield cpu_threads.set_count
+    cpu_threads.set_count(cpu_threads.available())
 
 
 def test_any_thread_count_gives_the_same_bits(threads):

@@ -24,8 +24,8 @@ and a last, partial block is stored through a lane mask, so any channel count
 works. For each output row, the input rows its windows read are first copied
 into a small buffer with zero columns where the windows reach past the input's
 edges, so padding is never materialized for the whole input. Rows of output
-pixels are shared between threads (:func:`convolve`, :class:`_Crew`); the
-kernel releases the GIL.
+pixels are shared between :mod:`polyhal.adapters.cpu.threads` threads
+(:func:`convolve`, :class:`_Crew`); the kernel releases the GIL.
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
+
+from polyhal.adapters.cpu import threads as cpu_threads
 
 VECTOR_BYTES = 32
 """Bytes of one SIMD vector (an AVX2 register): 8 float32 or 4 float64 lanes."""
@@ -349,12 +351,6 @@ def pack_filters(w: np.ndarray, bias: np.ndarray | None, dtype: np.dtype
     return rows, packed_bias
 
 
-def default_threads() -> int:
-    """The cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
-        os.cpu_count() or 1)
-
-
 class _Crew:
     """Worker threads that each take calls from a queue of their own.
 
@@ -416,13 +412,6 @@ class _Crew:
 
 _crew = _Crew()
 os.register_at_fork(after_in_child=lambda: globals().update(_crew=_Crew()))
-_threads = default_threads()
-
-
-def set_threads(threads: int) -> None:
-    """Split each Conv's rows between ``threads`` threads (the caller and workers)."""
-    global _threads
-    _threads = max(1, threads)
 
 
 def convolve(x: np.ndarray, filters: tuple[np.ndarray, np.ndarray], out: np.ndarray,
@@ -453,7 +442,7 @@ def convolve(x: np.ndarray, filters: tuple[np.ndarray, np.ndarray], out: np.ndar
                          f"does not match the output {out.shape} {out.dtype}")
     arguments = (_memory(x), *filters, flat, added)
     total = n * out_h
-    threads = max(1, min(_threads, total // MIN_ROWS_PER_THREAD))
+    threads = max(1, min(cpu_threads.count(), total // MIN_ROWS_PER_THREAD))
     # Rows are taken in small chunks from a shared counter, so a thread that is slowed
     # down (a busy core, a preempted vCPU) takes fewer of them.
     chunk = max(1, total // (threads * CHUNKS_PER_THREAD))
