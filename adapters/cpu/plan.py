@@ -37,7 +37,7 @@ import numpy as np
 from polyhal.adapters.cpu.fusion import FusionGroup, find_groups, fused_step
 from polyhal.adapters.cpu.kernels import FAST_KERNELS, linalg
 from polyhal.adapters.cpu.kernels.conv import Conv2dLowering
-from polyhal.ir.graph import Graph, Node
+from polyhal.ir.graph import Graph, Node, Value
 from polyhal.ir.types import TensorType
 from polyhal.ir.verify import resolve_attrs
 from polyhal.ops.registry import get_op
@@ -111,7 +111,7 @@ class Epilogue:
     relu: bool
 
     @property
-    def output(self) -> Any:
+    def output(self) -> Value:
         """The value the Conv's step writes (the last absorbed node's output)."""
         return self.nodes[-1].outputs[0]
 
