@@ -129,6 +129,13 @@ def test_conv_chains_run_channels_last_and_outputs_are_c_contiguous(weights_as_i
             np.testing.assert_allclose(out, expected[name], rtol=1e-4, atol=1e-4)
 
 
+def _conv3x3(g: GraphBuilder, rng: np.random.Generator, h, std: float, name: str | None = None):
+    """A 16-channel 3x3 Conv of ``h`` with a bias and unit padding, random weights."""
+    w = rng.normal(0, std, size=(16, 16, 3, 3)).astype(np.float32)
+    return ops.conv(h, g.constant(w), g.constant(rng.normal(size=16).astype(np.float32)),
+                    pads=[1, 1, 1, 1], name=name)
+
+
 @pytest.mark.parametrize("depth", [0, math.inf], ids=["im2col", "direct"])
 def test_a_relu_that_only_follows_a_conv_is_applied_by_it(monkeypatch, depth):
     monkeypatch.setattr(conv, "DIRECT_MAX_DEPTH", depth)
@@ -137,9 +144,7 @@ def test_a_relu_that_only_follows_a_conv_is_applied_by_it(monkeypatch, depth):
     x = g.input("x", f32["n", 16, 6, 7])
 
     def conv3(h):
-        w = rng.normal(0, 0.3, size=(16, 16, 3, 3)).astype(np.float32)
-        return ops.conv(h, g.constant(w), g.constant(rng.normal(size=16).astype(np.float32)),
-                        pads=[1, 1, 1, 1])
+        return _conv3x3(g, rng, h, 0.3)
 
     a = ops.relu(conv3(x))  # absorbed
     b = conv3(a)
@@ -163,9 +168,7 @@ def test_residual_adds_and_their_relus_are_applied_by_the_conv(monkeypatch, dept
     x = g.input("x", f32["n", 16, 6, 7])
 
     def conv3(h, name):  # weights of unit gain, so that values keep their scale
-        w = rng.normal(0, 1 / 12, size=(16, 16, 3, 3)).astype(np.float32)
-        return ops.conv(h, g.constant(w), g.constant(rng.normal(size=16).astype(np.float32)),
-                        pads=[1, 1, 1, 1], name=name)
+        return _conv3x3(g, rng, h, 1 / 12, name)
 
     a = ops.relu(conv3(x, "ca"))
     b = ops.relu(conv3(a, "cb") + a)  # Add and Relu: a residual block
