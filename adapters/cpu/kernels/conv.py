@@ -161,11 +161,11 @@ class Conv2dLowering:
     :data:`DIRECT_MAX_DEPTH` values, but not a plain 1x1 product):
     :mod:`.direct_conv`'s register-blocked micro-kernel reads the input in either
     layout (the rows each output row needs are copied into a small zero-bordered
-    buffer, so padding costs nothing) and writes each output pixel once, bias and
-    Relu included. **im2col** (deeper
-    windows, where a GEMM is wide enough for BLAS): columns into a reused scratch
-    tile, one GEMM per tile of whole images, with a column of ones that multiplies
-    the bias row.
+    buffer, so padding costs nothing) and writes each output pixel once, bias,
+    residual and Relu included. **im2col** (deeper windows, where a GEMM is wide
+    enough for BLAS): columns into a reused scratch tile, one GEMM per tile of
+    whole images, with a column of ones that multiplies the bias row; the
+    residual and the Relu follow the product.
 
     Channels-last is what the GEMM produces when columns are rows
     (``[images * pixels, depth] @ [depth, M]``) and what the direct kernel reads
