@@ -106,14 +106,17 @@ class Epilogue:
     Relu (either may be absent)."""
 
     nodes: tuple[Node, ...]
+    """The absorbed nodes, in order (none: the Conv writes its own output)."""
     residual: str | None
     """The value added (same type as the Conv's output)."""
     relu: bool
 
-    @property
-    def output(self) -> Value:
-        """The value the Conv's step writes (the last absorbed node's output)."""
-        return self.nodes[-1].outputs[0]
+    def output(self, conv: Node) -> Value:
+        """The value ``conv``'s step writes: the last absorbed node's output."""
+        return (self.nodes[-1] if self.nodes else conv).outputs[0]
+
+
+NO_EPILOGUE = Epilogue((), None, False)
 
 
 def _low(dtype: np.dtype) -> bool:
@@ -277,14 +280,15 @@ class PlanBuilder:
                                     relu=self._epilogue(node).relu)
 
     def _epilogue(self, node: Node) -> Epilogue:
-        return self.epilogues.get(node.name, Epilogue((node,), None, False))
+        return self.epilogues.get(node.name, NO_EPILOGUE)
 
     def _conv(self, node: Node, lowering: Conv2dLowering) -> Step:
         x, w = (self.slot(i) for i in node.inputs[:2])
         bias = self.slot(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
         epilogue = self._epilogue(node)
         residual = None if epilogue.residual is None else self.slot(epilogue.residual)
-        out = self.slot(epilogue.output.name)
+        result = epilogue.output(node)
+        out = self.slot(result.name)
         weight = self.graph.constants.get(node.inputs[1])
         constant_bias = None if bias is None else self.graph.constants.get(node.inputs[2])
         fixed = (lowering.filters(weight, constant_bias)
@@ -307,8 +311,8 @@ class PlanBuilder:
 
         ins = [x, w] + ([bias] if bias is not None else []) + (
             [residual] if residual is not None else [])
-        name = "+".join([node.name] + [n.name for n in epilogue.nodes if n is not node])
-        return Step(name, ins, [out], False, True, make, [epilogue.output.type],
+        name = "+".join([node.name] + [n.name for n in epilogue.nodes])
+        return Step(name, ins, [out], False, True, make, [result.type],
                     channels_last=True, scratch=lowering.scratch)
 
     def _ufunc(self, node: Node, ufunc: Callable[..., Any]) -> Step:

@@ -136,9 +136,14 @@ def _conv3x3(g: GraphBuilder, rng: np.random.Generator, h, std: float, name: str
                     pads=[1, 1, 1, 1], name=name)
 
 
-@pytest.mark.parametrize("depth", [0, math.inf], ids=["im2col", "direct"])
-def test_a_relu_that_only_follows_a_conv_is_applied_by_it(monkeypatch, depth):
-    monkeypatch.setattr(conv, "DIRECT_MAX_DEPTH", depth)
+@pytest.fixture(params=[0, math.inf], ids=["im2col", "direct"])
+def conv_strategy(request, monkeypatch):
+    """Each lowered Conv strategy in turn (``conv.DIRECT_MAX_DEPTH`` forces it)."""
+    monkeypatch.setattr(conv, "DIRECT_MAX_DEPTH", request.param)
+
+
+@pytest.mark.usefixtures("conv_strategy")
+def test_a_relu_that_only_follows_a_conv_is_applied_by_it():
     rng = np.random.default_rng(5)
     g = GraphBuilder("relus")
     x = g.input("x", f32["n", 16, 6, 7])
@@ -160,9 +165,8 @@ def test_a_relu_that_only_follows_a_conv_is_applied_by_it(monkeypatch, depth):
                                atol=1e-4)
 
 
-@pytest.mark.parametrize("depth", [0, math.inf], ids=["im2col", "direct"])
-def test_residual_adds_and_their_relus_are_applied_by_the_conv(monkeypatch, depth):
-    monkeypatch.setattr(conv, "DIRECT_MAX_DEPTH", depth)
+@pytest.mark.usefixtures("conv_strategy")
+def test_residual_adds_and_their_relus_are_applied_by_the_conv():
     rng = np.random.default_rng(7)
     g = GraphBuilder("residuals")
     x = g.input("x", f32["n", 16, 6, 7])

@@ -206,6 +206,10 @@ class Conv2dLowering:
         self.relu = relu
         self.direct = (self.depth <= DIRECT_MAX_DEPTH and not self.pointwise
                        and self.dtype in (np.dtype(np.float32), np.dtype(np.float64)))
+        if self.direct:  # imported here, not with this module: it needs numba
+            from polyhal.adapters.cpu.kernels import direct_conv
+
+            self._kernel = direct_conv
 
     @classmethod
     def build(cls, x_shape: tuple[int, ...], w_shape: tuple[int, ...], attrs: dict[str, Any],
@@ -248,9 +252,7 @@ class Conv2dLowering:
         for NCHW columns, then the bias (zero when absent)."""
         w = w.astype(self.dtype, copy=False)
         if self.direct:
-            from polyhal.adapters.cpu.kernels import direct_conv  # needs numba
-
-            return direct_conv.pack_filters(w, bias, self.dtype)
+            return self._kernel.pack_filters(w, bias, self.dtype)
         last = np.zeros(self.m, self.dtype) if bias is None else bias.astype(self.dtype)
         rows_last = np.concatenate([w.transpose(2, 3, 1, 0).reshape(-1, self.m), last[None]])
         rows_first = np.concatenate([w.reshape(self.m, -1).T, last[None]])
@@ -267,10 +269,8 @@ class Conv2dLowering:
             residual.astype(self.dtype, copy=False).transpose(0, 2, 3, 1))  # a view if it can
         if self.direct:
             win = self.win
-            from polyhal.adapters.cpu.kernels import direct_conv
-
-            direct_conv.convolve(last, filters, out.transpose(0, 2, 3, 1), win.kernel,
-                                 win.strides, win.dilations, win.pads()[0], self.relu, added)
+            self._kernel.convolve(last, filters, out.transpose(0, 2, 3, 1), win.kernel,
+                                  win.strides, win.dilations, win.pads()[0], self.relu, added)
             return
         rows = out.transpose(0, 2, 3, 1).reshape(self.n * self.pixels, self.m)  # a view
         columns = scratch["conv-columns"]

@@ -6,8 +6,8 @@ intrinsic that emits LLVM IR) computes a tile of :data:`TILE_PIXELS` adjacent
 output pixels by :data:`TILE_VECTORS` SIMD vectors of output channels: its
 accumulators stay in registers for the whole window, each step broadcasts one
 input value per pixel and multiplies it into the filter vectors (``fmuladd``),
-and the tile is written once, with the bias already added and the Relu (if
-any) applied. Nothing like im2col's columns is ever written, and the input
+and the tile is written once, with the bias already added and a residual and
+the Relu (if any) applied. Nothing like im2col's columns is ever written, and the input
 and filters are read from cache: this is how fast CPU libraries convolve the
 thin channel counts of small CNNs, where a GEMM is too narrow for BLAS.
 
@@ -60,14 +60,10 @@ CHUNKS_PER_THREAD = 8
 """Chunks of output rows per thread that threads take from a shared counter."""
 
 
-def lanes(dtype: np.dtype) -> int:
-    """SIMD lanes of ``dtype`` in one vector."""
-    return VECTOR_BYTES // np.dtype(dtype).itemsize
-
-
 def block_channels(dtype: np.dtype) -> int:
-    """Output channels one tile covers: filters are padded to a multiple of this."""
-    return TILE_VECTORS * lanes(dtype)
+    """Output channels one tile covers (its vectors' lanes): filters are padded to a
+    multiple of this."""
+    return TILE_VECTORS * (VECTOR_BYTES // np.dtype(dtype).itemsize)
 
 
 class _TileCodegen:
