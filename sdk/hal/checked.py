@@ -54,24 +54,26 @@ class CheckedExecutable(Executable):
         self.device = device
         self.inner = inner
         self.graph = graph
+        self._where = f"{device.address} Executable.run"
 
     def run(self, inputs: Sequence[Buffer]) -> list[Buffer]:
-        where = f"{self.device.address} Executable.run"
-        if len(inputs) != len(self.graph.inputs):
-            raise AdapterContractError(f"{where}: {len(inputs)} buffers given, graph "
-                                       f"{self.graph.name!r} takes {len(self.graph.inputs)}")
+        # Runs on every call: messages are formatted only for an error.
+        device, graph = self.device, self.graph
+        if len(inputs) != len(graph.inputs):
+            raise AdapterContractError(f"{self._where}: {len(inputs)} buffers given, graph "
+                                       f"{graph.name!r} takes {len(graph.inputs)}")
         bindings: dict[str, int] = {}
-        for buffer, value in zip(inputs, self.graph.inputs, strict=True):
-            self.device.check_owned(buffer, where)
-            _check_type(value.type, buffer.type, bindings, f"{where}: input {value.name!r}")
-        outputs = guarded(where, self.inner.run, list(inputs))
-        if not isinstance(outputs, list | tuple) or len(outputs) != len(self.graph.outputs):
-            raise AdapterContractError(f"{where} returned {_count(outputs)}; graph "
-                                       f"{self.graph.name!r} has {len(self.graph.outputs)} "
-                                       "outputs")
-        for buffer, value in zip(outputs, self.graph.outputs, strict=True):
-            self.device.check_owned(buffer, f"{where} (output {value.name!r})")
-            _check_type(value.type, buffer.type, bindings, f"{where}: output {value.name!r}")
+        for buffer, value in zip(inputs, graph.inputs, strict=True):
+            device.check_owned(buffer, self._where)
+            _check_type(value.type, buffer.type, bindings, self._where, "input", value.name)
+        outputs = guarded(self._where, self.inner.run, list(inputs))
+        if not isinstance(outputs, list | tuple) or len(outputs) != len(graph.outputs):
+            raise AdapterContractError(f"{self._where} returned {_count(outputs)}; graph "
+                                       f"{graph.name!r} has {len(graph.outputs)} outputs")
+        for buffer, value in zip(outputs, graph.outputs, strict=True):
+            if not device.owns(buffer):
+                device.check_owned(buffer, f"{self._where} (output {value.name!r})")
+            _check_type(value.type, buffer.type, bindings, self._where, "output", value.name)
         return list(outputs)
 
     def profile(self) -> Profile | None:
@@ -85,19 +87,22 @@ def _count(outputs: object) -> str:
 
 
 def _check_type(expected: TensorType, actual: TensorType, bindings: dict[str, int],
-                where: str) -> None:
+                where: str, role: str, name: str) -> None:
+    """Raise unless ``actual`` (the buffer of ``role`` ``name``) has ``expected``'s
+    dtype and a concrete shape matching its dimensions under ``bindings``."""
+    if (actual.dtype == expected.dtype and actual.rank == expected.rank
+            and all(isinstance(d, int) for d in actual.shape)
+            and D.bind_shape(expected.shape, actual.shape, bindings) is None):
+        return
+    where = f"{where}: {role} {name!r}"
     if actual.dtype != expected.dtype or actual.rank != expected.rank:
         raise AdapterContractError(f"{where}: got {actual}, expected {expected}")
-    for axis, (want, got) in enumerate(zip(expected.shape, actual.shape, strict=True)):
-        if not isinstance(got, int):
-            raise AdapterContractError(f"{where}: buffer shape must be concrete, got {actual}")
-        if D.is_symbol(want) and want not in bindings:
-            bindings[want] = got
-            continue
-        value = D.evaluate(want, bindings)
-        if value is not None and value != got:
-            raise AdapterContractError(f"{where}: dimension {axis} is {got}, expected {want}"
-                                       f" = {value}; got {actual}")
+    if not all(isinstance(d, int) for d in actual.shape):
+        raise AdapterContractError(f"{where}: buffer shape must be concrete, got {actual}")
+    axis = D.bind_shape(expected.shape, actual.shape, bindings)
+    want = expected.shape[axis]  # type: ignore[index]
+    raise AdapterContractError(f"{where}: dimension {axis} is {actual.shape[axis]}, expected "
+                               f"{want} = {D.evaluate(want, bindings)}; got {actual}")
 
 
 class CheckedDevice(Device):
@@ -122,15 +127,21 @@ class CheckedDevice(Device):
                                        f"{type(caps).__name__}, not Capabilities")
         return caps
 
+    def owns(self, buffer: object) -> bool:
+        """True when ``buffer`` is a buffer of this device."""
+        return isinstance(buffer, Buffer) and (buffer.device is self.inner
+                                               or buffer.device is self)
+
     def check_owned(self, buffer: object, where: str) -> None:
         """Raise unless ``buffer`` is a buffer of this device."""
+        if self.owns(buffer):
+            return
         if not isinstance(buffer, Buffer):
             raise AdapterContractError(f"{where}: expected a Buffer, got "
                                        f"{type(buffer).__name__}")
-        if buffer.device is not self.inner and buffer.device is not self:
-            other = getattr(buffer.device, "address", "another device")
-            raise AdapterContractError(f"{where}: the buffer belongs to {other}, not "
-                                       f"{self.address}")
+        other = getattr(buffer.device, "address", "another device")
+        raise AdapterContractError(f"{where}: the buffer belongs to {other}, not "
+                                   f"{self.address}")
 
     def upload(self, array: np.ndarray) -> Buffer:
         where = f"{self.address} Device.upload"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
 from polyhal.errors import IRError
@@ -212,6 +212,30 @@ def dims_equal(a: Dim, b: Dim) -> bool:
 def free_symbols(dim: Dim) -> set[str]:
     """The symbols ``dim`` mentions."""
     return {s for monomial in to_poly(dim) for s in monomial}
+
+
+def bind_shape(expected: Sequence[Dim], sizes: Sequence[int], bindings: dict[str, int]
+               ) -> int | None:
+    """Match the concrete ``sizes`` to the dimensions ``expected`` (of equal length):
+    each plain symbol not yet in ``bindings`` is bound to its size on first sight.
+    Returns the first axis whose size differs from its dimension's value, or
+    ``None`` when all match (a dimension with an unbound symbol matches any size).
+    Runs on every call of a compiled graph: static and bound dimensions take the
+    short paths."""
+    for axis, (dim, size) in enumerate(zip(expected, sizes, strict=True)):
+        if isinstance(dim, int):
+            if dim != size:
+                return axis
+        elif dim in bindings:
+            if bindings[dim] != size:
+                return axis
+        elif is_symbol(dim):
+            bindings[dim] = int(size)
+        else:
+            value = evaluate(dim, bindings)
+            if value is not None and value != size:
+                return axis
+    return None
 
 
 def evaluate(dim: Dim, bindings: Mapping[str, int]) -> int | None:

@@ -46,12 +46,21 @@ def bind_inputs(graph: Graph, args: Sequence[Any], kwargs: Mapping[str, Any]
         array = given[value.name]
         if not isinstance(array, np.ndarray):
             array = np.asarray(array)
-        where = f"input {value.name!r} (expects {value.type})"
-        if array.dtype != value.type.dtype.numpy:
-            raise InputBindingError(f"{where}: got dtype {array.dtype}")
-        check_shape(value.type, array.shape, bindings, where, InputBindingError)
+        expected = value.type
+        if array.dtype != expected.dtype.numpy:
+            raise InputBindingError(f"{_input_where(value.name, expected)}: got dtype "
+                                    f"{array.dtype}")
+        if array.ndim != expected.rank or D.bind_shape(expected.shape, array.shape,
+                                                       bindings) is not None:
+            check_shape(expected, array.shape, bindings, _input_where(value.name, expected),
+                        InputBindingError)
         arrays[value.name] = array
     return arrays, bindings
+
+
+def _input_where(name: str, expected: TensorType) -> str:
+    # Formatted only for an error: bind_inputs runs on every call of a compiled graph.
+    return f"input {name!r} (expects {expected})"
 
 
 def check_shape(expected: TensorType, shape: tuple[int, ...], bindings: dict[str, int],
@@ -59,14 +68,11 @@ def check_shape(expected: TensorType, shape: tuple[int, ...], bindings: dict[str
     """Check ``shape`` against ``expected``, binding plain symbols on first sight."""
     if len(shape) != expected.rank:
         raise error(f"{where}: got rank {len(shape)} (shape {list(shape)})")
-    for axis, (dim, actual) in enumerate(zip(expected.shape, shape, strict=True)):
-        if D.is_symbol(dim) and dim not in bindings:
-            bindings[dim] = int(actual)
-            continue
-        value = D.evaluate(dim, bindings)
-        if value is not None and value != actual:
-            detail = f" ({dim} = {value})" if isinstance(dim, str) else ""
-            raise error(f"{where}: dimension {axis} is {actual}, expected {dim}{detail}")
+    axis = D.bind_shape(expected.shape, shape, bindings)
+    if axis is not None:
+        dim = expected.shape[axis]
+        detail = f" ({dim} = {D.evaluate(dim, bindings)})" if isinstance(dim, str) else ""
+        raise error(f"{where}: dimension {axis} is {shape[axis]}, expected {dim}{detail}")
 
 
 class ReferenceExecutor:

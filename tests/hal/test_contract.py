@@ -140,6 +140,36 @@ def test_runtime_contract_violations_name_the_adapter_and_call(registered):
         device.download(stray)
 
 
+def test_a_result_of_the_wrong_shape_or_device_names_the_output():
+    from polyhal import ops
+    from polyhal.hal.checked import CheckedExecutable
+    from polyhal.hal.contract import Executable
+    from polyhal.ir import GraphBuilder, f32
+
+    g = GraphBuilder()
+    g.output(ops.relu(g.input("x", f32["n", 2])), name="y")
+    device, other = open_device("template"), open_device("reference")
+
+    class Returning(Executable):
+        def __init__(self, result):
+            self.result = result
+
+        def run(self, inputs):
+            return [self.result]
+
+    x = device.upload(np.ones((3, 2), np.float32))
+    short = CheckedExecutable(device, Returning(device.upload(np.ones((1, 2), np.float32))),
+                              g.build())
+    with pytest.raises(AdapterContractError, match=r"template:0 Executable\.run: output 'y': "
+                                                   r"dimension 0 is 1, expected n = 3"):
+        short.run([x])
+    foreign = CheckedExecutable(device, Returning(other.upload(np.ones((3, 2), np.float32))),
+                                g.build())
+    with pytest.raises(AdapterContractError, match=r"Executable\.run \(output 'y'\): the buffer "
+                                                   r"belongs to reference:0"):
+        foreign.run([x])
+
+
 class _Unreadable:
     """A handle numpy cannot read, so the adapter's download raises."""
 

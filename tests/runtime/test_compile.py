@@ -94,6 +94,18 @@ def test_inputs_are_checked():
         polyhal.compile(mixed_graph(), device="template", precision="fp8")
 
 
+def test_inputs_sharing_a_symbol_must_agree_on_its_size():
+    g = GraphBuilder("pair")
+    g.output(g.input("a", f32["n", 2]) + g.input("b", f32["n", 2]), name="y")
+    compiled = polyhal.compile(g.build(), device="template")
+    assert compiled(np.ones((3, 2), np.float32), np.ones((3, 2), np.float32))["y"].shape == (3, 2)
+    with pytest.raises(InputBindingError, match=r"input 'b' \(expects float32\[n, 2\]\): "
+                                                r"dimension 0 is 4, expected n \(n = 3\)"):
+        compiled(np.ones((3, 2), np.float32), np.ones((4, 2), np.float32))
+    with pytest.raises(InputBindingError, match=r"input 'a' .*: got rank 1 \(shape \[3\]\)"):
+        compiled(np.ones(3, np.float32), np.ones((3, 2), np.float32))
+
+
 def test_isolated_devices_place_the_same_way():
     graph = mixed_graph()
     compiled = polyhal.compile(graph, device="template", fallback="reference", isolate=True)
