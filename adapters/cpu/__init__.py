@@ -78,14 +78,16 @@ class CpuExecutable(Executable):
     def run(self, inputs: Sequence[Buffer]) -> list[Buffer]:
         arrays = [b.handle for b in inputs]
         plan = self.plan_for(tuple(a.shape for a in arrays))
+        outputs = plan.execute(arrays)
         self._last_plan = plan
-        return [Buffer(self.device, TensorType.of(a), a) for a in plan.execute(arrays)]
+        return [Buffer(self.device, TensorType.of(a), a) for a in outputs]
 
     def profile(self) -> Profile | None:
         plan = self._last_plan
         if plan is None:
             return None
-        return Profile(counters={"steps": float(len(plan.functions)),
+        return Profile(nodes=dict(zip(plan.step_names, plan.last_seconds, strict=False)),
+                       counters={"steps": float(len(plan.functions)),
                                  "arena_bytes": float(plan.arena_bytes),
                                  "plans": float(len(self._plans))})
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import queue
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -248,7 +249,10 @@ class PlanBuilder:
 
         # Not in place: a numba loop whose output overlaps an input fails LLVM's alias
         # check and runs scalar, at half the speed or less.
-        return Step(f"fused[{','.join(n.op for n in group.nodes)}]", ins, [out], False, True,
+        # The ops say what the loop computes; the last node's name makes the step's
+        # name unique (per-step times are reported by name).
+        name = f"fused[{','.join(n.op for n in group.nodes)}] {group.nodes[-1].name}"
+        return Step(name, ins, [out], False, True,
                     make, [self.graph.value_type(group.output)], follows_layout=True)
 
     def _node(self, node: Node) -> Step:
@@ -506,6 +510,8 @@ class Plan:
         self.template = template
         self.buffers = buffers
         self.step_names = step_names
+        self.last_seconds: list[float] = []
+        """Seconds each step took in the run that finished last (empty before a run)."""
         self._arenas: queue.SimpleQueue[Arena] = queue.SimpleQueue()
 
     @property
@@ -525,9 +531,15 @@ class Plan:
                 env[slot] = array
             # Floating-point warnings are the IR's semantics (inf, NaN), not errors;
             # set once per run rather than once per step.
+            seconds = [0.0] * len(self.functions)
+            clock = time.perf_counter
             with np.errstate(all="ignore"):
-                for function in self.functions:
+                start = clock()
+                for index, function in enumerate(self.functions):
                     function(env, arena)
+                    now = clock()
+                    seconds[index], start = now - start, now
+            self.last_seconds = seconds
             return [np.array(env[s], copy=True, order="C") if copy
                     else np.asarray(env[s], order="C")
                     for s, copy in zip(self.output_slots, self.copies, strict=True)]
