@@ -29,6 +29,10 @@ import models
 
 THREADS = 2
 RUNNERS = ("polyhal-cpu", "onnxruntime", "polyhal-reference", "onnx-reference")
+# Issue #5's targets for the full run: cpu / onnxruntime latency at most this,
+# and cpu at least SPEEDUP_OVER_REFERENCE times faster than polyhal `reference`.
+MAX_RATIO_TO_ORT = {"mlp-b1": 2.0, "mlp-b256": 1.2, "cnn-b32": 2.0, "transformer-b8": 1.5}
+SPEEDUP_OVER_REFERENCE = 5.0
 
 
 def workloads(quick: bool) -> dict[str, tuple[Callable, tuple[int, ...]]]:
@@ -167,6 +171,21 @@ def report(results: dict, quick: bool) -> None:
             print(f"| {model} | {name} | {ms:.3f} | {ms / ort_ms:.2f} | {ms / cpu_ms:.1f}x | "
                   f"{r['first_call_s'][name]:.2f} | {r['peak_mib'][name]:.1f} |")
         print(f"| {model} | (cpu vs ORT max abs diff) | {r['max_abs_diff_vs_ort']:.2e} | | | | |")
+    if not quick:  # the targets are for the full shapes
+        print("\n| model | cpu / ORT | target | met | reference / cpu | target | met |")
+        print("|" + " --- |" * 7)
+        for model, r in results.items():
+            ms = r["median_ms"]
+            to_ort = ms["polyhal-cpu"] / ms["onnxruntime"]
+            speedup = ms["polyhal-reference"] / ms["polyhal-cpu"]
+            limit = MAX_RATIO_TO_ORT[model]
+            print(f"| {model} | {to_ort:.2f} | <= {limit} | {_yes(to_ort <= limit)} | "
+                  f"{speedup:.1f}x | >= {SPEEDUP_OVER_REFERENCE:.0f}x | "
+                  f"{_yes(speedup >= SPEEDUP_OVER_REFERENCE)} |")
+
+
+def _yes(met: bool) -> str:
+    return "yes" if met else "**no**"
 
 
 def main() -> None:
