@@ -16,6 +16,6 @@ if ((${#missing[@]})); then
 fi
 # bench: the peers that the benchmarks' --quick runs in .ci/run compare against.
 python -m pip install --quiet --disable-pip-version-check -e '.[test,bench]'
-# One test worker per core (at most 4); worksteal keeps both busy to the end.
+# One test worker per core (at most 4); worksteal keeps them all busy to the end.
 # Pass -n 0 to run in one process.
 python -m pytest -n auto --maxprocesses 4 --dist worksteal --durations=25 "$@"
