@@ -159,6 +159,7 @@ class PlanBuilder:
         self.steps: list[Step] = []
         self.epilogues: dict[str, Epilogue] = {}
         """Conv name -> what its step applies as it writes."""
+        self._lowerings: dict[str, Conv2dLowering | None] = {}
 
     def slot(self, name: str) -> int:
         return self.slots[name]
@@ -205,6 +206,9 @@ class PlanBuilder:
             if group is not None and group.nodes[0] is not first:
                 continue
             ops = tuple(n.op for n in chain)
+            if ops not in (("Relu",), ("Add",), ("Add", "Relu")) or any(
+                    n.domain != "core" for n in chain):
+                continue
             residual = None
             if ops[0] == "Add":
                 other = [i for i in first.inputs if i != conv_out]
@@ -214,10 +218,8 @@ class PlanBuilder:
                         or self.graph.value_type(other[0]) != self.graph.value_type(conv_out)):
                     continue
                 residual = other[0]
-            if ops in (("Relu",), ("Add",), ("Add", "Relu")) and all(
-                    n.domain == "core" for n in chain):
-                epilogues[node.name] = Epilogue(chain, residual, ops[-1] == "Relu")
-                taken.update(n.name for n in chain)
+            epilogues[node.name] = Epilogue(chain, residual, ops[-1] == "Relu")
+            taken.update(n.name for n in chain)
         return epilogues
 
     def _lowers(self, node: Node) -> bool:
@@ -274,14 +276,17 @@ class PlanBuilder:
         return self._kernel(node)
 
     def _conv_lowering(self, node: Node) -> Conv2dLowering | None:
-        x_type, w_type = (self.graph.value_type(i) for i in node.inputs[:2])
-        if not (x_type.is_static and w_type.is_static):
-            return None
-        attrs = resolve_attrs(get_op("Conv"), node.attrs, node.name)
-        return Conv2dLowering.build(tuple(int(d) for d in x_type.shape),
-                                    tuple(int(d) for d in w_type.shape), attrs,
-                                    node.outputs[0].type.dtype.numpy,
-                                    relu=self._epilogue(node).relu)
+        """The lowering of a Conv node (built once: epilogues and steps both ask)."""
+        if node.name not in self._lowerings:
+            x_type, w_type = (self.graph.value_type(i) for i in node.inputs[:2])
+            lowering = None
+            if x_type.is_static and w_type.is_static:
+                attrs = resolve_attrs(get_op("Conv"), node.attrs, node.name)
+                lowering = Conv2dLowering.build(tuple(int(d) for d in x_type.shape),
+                                                tuple(int(d) for d in w_type.shape), attrs,
+                                                node.outputs[0].type.dtype.numpy)
+            self._lowerings[node.name] = lowering
+        return self._lowerings[node.name]
 
     def _epilogue(self, node: Node) -> Epilogue:
         return self.epilogues.get(node.name, NO_EPILOGUE)
@@ -291,6 +296,7 @@ class PlanBuilder:
         bias = self.slot(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
         epilogue = self._epilogue(node)
         residual = None if epilogue.residual is None else self.slot(epilogue.residual)
+        relu = epilogue.relu
         result = epilogue.output(node)
         out = self.slot(result.name)
         weight = self.graph.constants.get(node.inputs[1])
@@ -308,7 +314,7 @@ class PlanBuilder:
                     env[w], None if bias is None else env[bias])
                 lowering(env[x], filters, target,
                          {name: arena[index] for name, index in scratch.items()},
-                         None if residual is None else env[residual])
+                         None if residual is None else env[residual], relu)
                 env[out] = target
 
             return step

@@ -289,7 +289,7 @@ def lowered_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, relu: bool 
     """Conv through :class:`conv.Conv2dLowering` (``None`` when it declines), its output
     a channels-last buffer and its scratch as the plan allocates them."""
     resolved = _attrs(_op("core.Conv"), attrs)
-    lowering = conv.Conv2dLowering.build(x.shape, w.shape, resolved, x.dtype, relu)
+    lowering = conv.Conv2dLowering.build(x.shape, w.shape, resolved, x.dtype)
     if lowering is None:
         return None
     n, m, *spatial = lowering.out_shape
@@ -298,7 +298,7 @@ def lowered_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, relu: bool 
                for name, (shape, zeroed) in lowering.scratch.items()}
     for _ in range(2):  # a second run on the same scratch: the padded border stays zero
         with np.errstate(all="ignore"):
-            lowering(x, lowering.filters(w, b), out, scratch)
+            lowering(x, lowering.filters(w, b), out, scratch, relu=relu)
     assert out.transpose(0, 2, 3, 1).flags.c_contiguous
     return out
 

@@ -154,8 +154,8 @@ def _depthwise(x: np.ndarray, w: np.ndarray, win: Windows, group: int, y: np.nda
 class Conv2dLowering:
     """A 2-D Conv of fixed shapes and one group, lowered for the plan, writing a
     **channels-last** output (``[N, OH, OW, M]`` memory, seen as ``[N, M, OH, OW]``),
-    optionally followed by a residual added and a Relu (``relu``), both applied while
-    the output is written.
+    optionally followed by a residual added and a Relu, both applied while the output
+    is written (arguments of each call, so one lowering serves with or without them).
 
     Two strategies. **Direct** (float32/float64 windows of at most
     :data:`DIRECT_MAX_DEPTH` values, but not a plain 1x1 product):
@@ -182,7 +182,7 @@ class Conv2dLowering:
     """
 
     def __init__(self, x_shape: tuple[int, ...], w_shape: tuple[int, ...], win: Windows,
-                 dtype: np.dtype, relu: bool = False) -> None:
+                 dtype: np.dtype) -> None:
         self.n, self.c, *_ = x_shape
         self.m = w_shape[0]
         self.win = win
@@ -194,6 +194,8 @@ class Conv2dLowering:
         self.images = max(1, min(self.n, TILE_BYTES // (self.width * self.pixels
                                                         * self.dtype.itemsize)))
         begin, after = win.pads()
+        self.begin = begin
+        """Padding before each spatial axis."""
         self.padded_spatial = tuple(s + b + a for s, b, a in zip(win.spatial, begin, after,
                                                                  strict=True))
         self.needs_padding = any(begin) or any(after)
@@ -203,7 +205,6 @@ class Conv2dLowering:
         self.padded_name = f"conv-padded{self.padded_shape}{begin}"
         """Named by everything that places the input in it, so Convs share the grid
         only where each leaves the other's zero border intact."""
-        self.relu = relu
         self.direct = (self.depth <= DIRECT_MAX_DEPTH and not self.pointwise
                        and self.dtype in (np.dtype(np.float32), np.dtype(np.float64)))
         if self.direct:  # imported here, not with this module: it needs numba
@@ -213,17 +214,17 @@ class Conv2dLowering:
 
     @classmethod
     def build(cls, x_shape: tuple[int, ...], w_shape: tuple[int, ...], attrs: dict[str, Any],
-              dtype: np.dtype, relu: bool = False) -> Conv2dLowering | None:
-        """The lowering of ``Conv(x, w)`` (then ``Relu`` if ``relu``) with resolved
-        ``attrs``; ``None`` where the generic kernel is used instead (not 2-D,
-        grouped, empty, or, for im2col, an image whose columns exceed a tile)."""
+              dtype: np.dtype) -> Conv2dLowering | None:
+        """The lowering of ``Conv(x, w)`` with resolved ``attrs``; ``None`` where the
+        generic kernel is used instead (not 2-D, grouped, empty, or, for im2col, an
+        image whose columns exceed a tile)."""
         if len(x_shape) != 4 or attrs["group"] != 1 or 0 in x_shape or 0 in w_shape:
             return None
         geometry = {k: attrs[k] for k in ("auto_pad", "dilations", "pads", "strides")}
         win = Windows(x_shape[2:], w_shape[2:], geometry, pool=False)
         if 0 in win.out:
             return None
-        lowering = cls(x_shape, w_shape, win, dtype, relu)
+        lowering = cls(x_shape, w_shape, win, dtype)
         if (not lowering.direct
                 and lowering.width * lowering.pixels * lowering.dtype.itemsize > TILE_BYTES):
             return None
@@ -259,10 +260,11 @@ class Conv2dLowering:
         return rows_last, rows_first
 
     def __call__(self, x: np.ndarray, filters: tuple[np.ndarray, np.ndarray], out: np.ndarray,
-                 scratch: dict[str, np.ndarray], residual: np.ndarray | None = None) -> None:
+                 scratch: dict[str, np.ndarray], residual: np.ndarray | None = None,
+                 relu: bool = False) -> None:
         """``out`` (channels-last memory) = Conv(x) + bias (+ ``residual``, a tensor of
-        the output's shape) (then Relu), ``x`` and ``residual`` in any memory layout
-        (``filters`` from :meth:`filters`)."""
+        the output's shape) (then Relu if ``relu``), ``x`` and ``residual`` in any
+        memory layout (``filters`` from :meth:`filters`)."""
         x = x.astype(self.dtype, copy=False)
         last = x.transpose(0, 2, 3, 1)
         added = None if residual is None else np.ascontiguousarray(
@@ -270,7 +272,7 @@ class Conv2dLowering:
         if self.direct:
             win = self.win
             self._kernel.convolve(last, filters, out.transpose(0, 2, 3, 1), win.kernel,
-                                  win.strides, win.dilations, win.pads()[0], self.relu, added)
+                                  win.strides, win.dilations, self.begin, relu, added)
             return
         rows = out.transpose(0, 2, 3, 1).reshape(self.n * self.pixels, self.m)  # a view
         columns = scratch["conv-columns"]
@@ -280,14 +282,8 @@ class Conv2dLowering:
             self._channels_first(np.ascontiguousarray(x), filters[1], rows, columns)
         if added is not None:
             rows += added.reshape(rows.shape)
-        if self.relu:
+        if relu:
             np.maximum(rows, self.dtype.type(0), out=rows)
-
-    def _inside(self, grid: np.ndarray, x: np.ndarray) -> np.ndarray:
-        """``grid [N, Hp, Wp, C]`` with ``x [N, H, W, C]`` written inside its border."""
-        begin, (h, w) = self.win.pads()[0], self.win.spatial
-        grid[:, begin[0]:begin[0] + h, begin[1]:begin[1] + w] = x
-        return grid
 
     def _channels_last(self, x: np.ndarray, filters: np.ndarray, rows: np.ndarray,
                        columns: np.ndarray, scratch: dict[str, np.ndarray]) -> None:
@@ -296,7 +292,11 @@ class Conv2dLowering:
             np.add(rows, filters[-1], out=rows)
             return
         win = self.win
-        padded = self._inside(scratch[self.padded_name], x) if self.needs_padding else x
+        padded = x
+        if self.needs_padding:  # x inside the zero border of the padded scratch input
+            padded = scratch[self.padded_name]
+            (top, left), (h, w) = self.begin, win.spatial
+            padded[:, top:top + h, left:left + w] = x
         sn, sh, sw, sc = padded.strides
         windows = as_strided(
             padded, (self.n, *win.out, *win.kernel, self.c),
