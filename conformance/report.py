@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 from polyhal.conformance.runner import OUTCOMES, CaseResult, Report
+from polyhal.errors import ConformanceError
 
 SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 COLOURS = {"passed": "#2e7d32", "failed": "#c62828", "crashed": "#6a1b9a",
@@ -17,14 +18,21 @@ COLOURS = {"passed": "#2e7d32", "failed": "#c62828", "crashed": "#6a1b9a",
 
 
 def write_report(report: Report, folder: str | Path) -> list[Path]:
-    """Write the three report files into ``folder``; returns their paths."""
+    """Write the three report files into ``folder``; returns their paths. A folder
+    or file that cannot be written is a :class:`ConformanceError` naming it."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    doc = report.to_dict()
-    paths = [folder / "report.json", folder / "report.md", folder / "report.html"]
-    paths[0].write_text(json.dumps(doc, indent=1))
-    paths[1].write_text(render_markdown(report))
-    paths[2].write_text(render_html(report))
+    texts = {"report.json": json.dumps(report.to_dict(), indent=1),
+             "report.md": render_markdown(report), "report.html": render_html(report)}
+    paths = []
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, text in texts.items():
+            paths.append(folder / name)
+            paths[-1].write_text(text)
+    except OSError as exc:
+        where = paths[-1] if paths else folder
+        raise ConformanceError(f"{where}: cannot write the report "
+                               f"({exc.strerror or exc})") from None
     return paths
 
 

@@ -24,7 +24,11 @@ def _add_row(table: Table, *cells: str) -> None:
 
 def _cmd_ops(args: argparse.Namespace) -> int:
     from polyhal.ops import all_ops
+    from polyhal.ops.registry import domains
 
+    if args.domain is not None and args.domain not in domains():
+        raise PolyhalError(f"--domain {args.domain!r}: no such op domain "
+                           f"(domains: {', '.join(domains())})")
     table = Table(title="polyhal ops")
     for column in ("op", "ONNX opset", "kind", "dtypes"):
         table.add_column(column)
@@ -142,6 +146,7 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from polyhal.conformance import run_suite
+    from polyhal.conformance.profiles import parse_levels
     from polyhal.conformance.report import write_report
     from polyhal.hal import adapters, get_adapter
 
@@ -149,6 +154,15 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
         return _compare(args)
     names = args.adapters or [n for n in adapters() if _builtin(n) and any(
         d.available for d in get_adapter(n).probe())]
+    # Everything a run needs is checked before the first case: a typo must not
+    # cost a full run, nor a report folder that cannot be written the run's results.
+    for name in names:
+        get_adapter(name)
+    if args.level:
+        parse_levels(args.level)
+    folders = {name: _writable_folder(Path(args.report) / name if len(names) > 1
+                                      else Path(args.report), "--report")
+               for name in names} if args.report else {}
     console = Console(width=args.width)
     if not args.level:
         from polyhal.conformance.levels import unavailable_levels
@@ -195,8 +209,7 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
                 console.print(f"  {case.outcome:8} {case.id}: {case.message[:200]}",
                               markup=False)
         if args.report:
-            folder = Path(args.report) / name if len(names) > 1 else Path(args.report)
-            paths = write_report(report, folder)
+            paths = write_report(report, folders[name])
             console.print(f"  report: {', '.join(str(p) for p in paths)}", markup=False)
         all_ok &= report.ok
     return 0 if all_ok else 1
@@ -241,21 +254,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
         name, sep, file = item.partition("=")
         if not sep or not name or not file:
             raise PolyhalError(f"--input {item!r}: expected NAME=FILE.npy")
-        try:
-            feeds[name] = np.load(file, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise PolyhalError(f"--input {name}: cannot read {file} as a .npy array "
-                               f"({exc})") from None
+        if name in feeds:
+            raise PolyhalError(f"--input {name}: given twice")
+        feeds[name] = _read_npy(name, Path(file))
+    folder = _writable_folder(Path(args.output), "--output") if args.output else None
     with tracing.recording() if args.profile else contextlib.nullcontext() as trace:
         compiled = polyhal.compile(graph, device=args.device, fallback=args.fallback)
         outputs = compiled(**feeds)
-    folder = Path(args.output) if args.output else None
-    if folder:
-        folder.mkdir(parents=True, exist_ok=True)
+    files = _output_files(folder, list(outputs)) if folder else {}
     for name, array in outputs.items():
-        print(f"{name}: {array.dtype}{list(array.shape)}")
+        print(f"{name}: {array.dtype}{list(array.shape)}"
+              + (f" -> {files[name]}" if folder else ""))
         if folder:
-            np.save(folder / f"{_safe_name(name)}.npy", array)
+            try:
+                np.save(files[name], array)
+            except OSError as exc:
+                raise PolyhalError(f"--output: cannot write {files[name]} "
+                                   f"({exc.strerror or exc})") from None
     if args.show_placement:
         print(compiled.placement)
     if trace is not None:
@@ -263,8 +278,57 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _safe_name(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name).lstrip(".") or "output"
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+def _read_npy(name: str, file: Path) -> object:
+    """The array of ``--input name=file``: a .npy file, never unpickled."""
+    import numpy as np
+
+    try:
+        with file.open("rb") as stream:
+            if stream.read(len(_NPY_MAGIC)) != _NPY_MAGIC:
+                raise PolyhalError(f"--input {name}: {file} is not a .npy file (it does not "
+                                   "start with the NPY header; save arrays with numpy.save)")
+            stream.seek(0)
+            return np.load(stream, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise PolyhalError(f"--input {name}: cannot read {file} as a .npy array "
+                           f"({reason})") from None
+
+
+def _writable_folder(folder: Path, option: str) -> Path:
+    """``folder``, created if missing; a :class:`PolyhalError` naming ``option`` when
+    it cannot be created or written."""
+    if folder.exists() and not folder.is_dir():
+        raise PolyhalError(f"{option} {folder}: exists and is not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PolyhalError(f"{option} {folder}: cannot create the folder "
+                           f"({exc.strerror or exc})") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PolyhalError(f"{option} {folder}: the folder is not writable")
+    return folder
+
+
+def _output_files(folder: Path, names: list[str]) -> dict[str, Path]:
+    """A distinct ``.npy`` file in ``folder`` for each output name: characters a
+    file name cannot hold become ``_``, and names that then collide get ``-2``,
+    ``-3``... so that no output overwrites another."""
+    files: dict[str, Path] = {}
+    taken: set[str] = set()
+    for name in names:
+        stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in name).lstrip(".")
+        stem = stem or "output"
+        unique, n = stem, 1
+        while unique.lower() in taken:  # case-insensitive file systems collide too
+            n += 1
+            unique = f"{stem}-{n}"
+        taken.add(unique.lower())
+        files[name] = folder / f"{unique}.npy"
+    return files
 
 
 def build_parser() -> argparse.ArgumentParser:

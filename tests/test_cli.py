@@ -89,11 +89,19 @@ def test_run_a_nir_network(tmp_path):
     (("run", "{model}", "--input", "x"), "expected NAME=FILE.npy"),
     (("run", "{model}", "--input", "x=nope.npy"), "cannot read nope.npy"),
     (("run", "{model}", "--input", "x={pickle}"), "cannot read"),
+    (("run", "{model}", "--input", "x={model}"), "is not a .npy file"),
+    (("run", "{model}", "--input", "x={x}", "--input", "x={x}"), "--input x: given twice"),
+    (("run", "{model}", "--input", "x={x}", "--output", "{model}"), "exists and is not a folder"),
+    (("run", "{model}", "--input", "x={x}", "--output", "{model}/out"),
+     "cannot create the folder"),
     (("run", "{model}", "--device", "warp-drive"), "no adapter named 'warp-drive'"),
     (("run", "{model}", "--device", "Bad:Address"), "bad device address"),
     (("run", "{model}"), "missing input(s) x"),
     (("check-adapter", "warp-drive"), "no adapter named 'warp-drive'"),
     (("conformance", "reference", "--level", "L9"), "unknown level(s) L9"),
+    (("conformance", "warp-drive"), "no adapter named 'warp-drive'"),
+    (("conformance", "reference", "--report", "{model}"), "exists and is not a folder"),
+    (("ops", "--domain", "nope"), "--domain 'nope': no such op domain (domains: core,"),
     (("new-adapter", "Not_Valid"), "adapter name 'Not_Valid' is not valid"),
     (("new-adapter", "reference"), "'reference' is already installed"),
     (("new-adapter", "fresh", "--dir", "{model}"), "is not a folder"),
@@ -104,11 +112,35 @@ def test_bad_input_is_a_clear_error(tmp_path, args, message):
     g.output(ops.relu(g.input("x", f32[2])))
     polyhal.save(g.build(), tmp_path / "model.json")
     np.save(tmp_path / "obj.npy", np.array([object()], dtype=object), allow_pickle=True)
-    args = [a.format(model=tmp_path / "model.json", pickle=tmp_path / "obj.npy") for a in args]
+    np.save(tmp_path / "x.npy", np.ones(2, np.float32))
+    args = [a.format(model=tmp_path / "model.json", pickle=tmp_path / "obj.npy",
+                     x=tmp_path / "x.npy") for a in args]
+    model = (tmp_path / "model.json").read_bytes()
     result = polyhal_cli(*args, cwd=tmp_path)
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+    assert result.stdout == ""  # refused before any work (no progress bar, no outputs)
+    assert (tmp_path / "model.json").read_bytes() == model
+
+
+def test_outputs_whose_names_make_the_same_file_name_are_all_saved(tmp_path):
+    g = GraphBuilder("m")
+    x = g.input("x", f32[2])
+    for name, value in (("a/b", x), ("a_b", ops.neg(x)), ("A_B", ops.abs(x)), ("..", ops.exp(x))):
+        g.output(value, name=name)
+    polyhal.save(g.build(), tmp_path / "m.json")
+    np.save(tmp_path / "x.npy", np.array([-1, 2], np.float32))
+    result = polyhal_cli("run", str(tmp_path / "m.json"), "--input", f"x={tmp_path / 'x.npy'}",
+                         "--output", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == ["A_B-3.npy", "a_b-2.npy", "a_b.npy",
+                                                     "output.npy"]
+    assert f"a/b: float32[2] -> {out / 'a_b.npy'}" in result.stdout
+    np.testing.assert_array_equal(np.load(out / "a_b.npy"), [-1, 2])
+    np.testing.assert_array_equal(np.load(out / "a_b-2.npy"), [1, -2])
+    np.testing.assert_array_equal(np.load(out / "A_B-3.npy"), [1, 2])
 
 
 def test_help_everywhere():

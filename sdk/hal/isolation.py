@@ -31,13 +31,16 @@ Timeouts. Every request waits at most ``timeout`` seconds (default: the
 ``POLYHAL_DEVICE_TIMEOUT`` environment variable, else 60 s). Starting a
 worker (spawn, imports, ``Adapter.open``) and ``compile`` (including the
 transparent recompile after a restart) wait ``SLOW_CALL_FACTOR`` (5) times
-as long. On a timeout the worker is killed and a ``DeviceTimeoutError`` names
-the device, the call and the timeout; when the worker dies (exit, signal,
-broken pipe) a ``DeviceCrashError`` names the exit code or signal (both are
-``DeviceError`` subclasses). The next call starts a
-fresh worker (a new generation) transparently: buffers of the old generation
-raise ``DeviceError`` ("buffer from before the device restarted"), while an
-:class:`IsolatedExecutable` keeps its graph and options and recompiles.
+as long, and a start at least ``MIN_START_TIMEOUT`` (60 s): starting an
+interpreter and importing an adapter's stack can take many seconds on a busy
+host, however short the calls are meant to be. On a timeout the worker is
+killed and a ``DeviceTimeoutError`` names the device, the call and the
+timeout; when the worker dies (exit, signal, broken pipe) a
+``DeviceCrashError`` names the exit code or signal (both are ``DeviceError``
+subclasses). The next call starts a fresh worker (a new generation)
+transparently: buffers of the old generation raise ``DeviceError`` ("buffer
+from before the device restarted"), while an :class:`IsolatedExecutable`
+keeps its graph and options and recompiles.
 
 Errors raised in the worker come back as the same ``PolyhalError`` subclass
 with the same message (the worker's traceback is attached as
@@ -92,9 +95,9 @@ from polyhal.ir.graph import Graph
 from polyhal.ir.types import TensorType
 
 __all__ = [
-    "DEFAULT_TIMEOUT", "SLOW_CALL_FACTOR", "TIMEOUT_ENV", "Channel", "ChannelClosed",
-    "ChannelTimeout", "IsolatedDevice", "IsolatedExecutable", "ProcessChannel", "WorkerServer",
-    "WorkerSpec", "default_timeout",
+    "DEFAULT_TIMEOUT", "MIN_START_TIMEOUT", "SLOW_CALL_FACTOR", "TIMEOUT_ENV", "Channel",
+    "ChannelClosed", "ChannelTimeout", "IsolatedDevice", "IsolatedExecutable", "ProcessChannel",
+    "WorkerServer", "WorkerSpec", "default_timeout",
 ]
 
 TIMEOUT_ENV = "POLYHAL_DEVICE_TIMEOUT"
@@ -103,6 +106,8 @@ DEFAULT_TIMEOUT = 60.0
 """Per-call timeout when neither ``timeout=`` nor ``POLYHAL_DEVICE_TIMEOUT`` is given."""
 SLOW_CALL_FACTOR = 5.0
 """Worker start (spawn, imports, ``Adapter.open``) and ``compile`` wait this many timeouts."""
+MIN_START_TIMEOUT = 60.0
+"""The least a worker start waits, in seconds, whatever the per-call timeout."""
 WORKER_ENV = "POLYHAL_ISOLATED_WORKER"
 """Set in every worker to the address of the device it hosts."""
 
@@ -727,7 +732,7 @@ class IsolatedDevice(Device):
         try:
             self._exchange(channel, "worker start (Adapter.open)", "open",
                            (spec.adapter_path, spec.adapter_name, spec.index,
-                            dict(spec.options)), self._slow_timeout)
+                            dict(spec.options)), max(self._slow_timeout, MIN_START_TIMEOUT))
         except BaseException:
             self._drop_worker()  # a worker without a device is of no use
             raise

@@ -261,10 +261,19 @@ def _lrn(x: np.ndarray, *, alpha: float, beta: float, bias: float, size: int) ->
     return x / (bias + alpha / size * square_sum) ** beta
 
 
+_LRN_WINDOW_LIMIT = 4096
+"""The widest channel window LRN decomposes to when the channel count is symbolic."""
+
+
 def _decompose_lrn(x: Any, *, alpha: float, beta: float, bias: float, size: int) -> Any:
     before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
+    channels = x.type.shape[1]
+    if isinstance(channels, int):  # offsets of `channels` or more reach no channel
+        before, after = min(before, max(channels - 1, 0)), min(after, max(channels - 1, 0))
+    elif size > _LRN_WINDOW_LIMIT:
+        return None  # a window this wide over an unknown channel count: the node stays whole
     spatial = x.type.rank - 2
-    ones = np.ones([1, 1, size, *[1] * spatial], dtype=x.dtype.numpy)
+    ones = np.ones([1, 1, before + after + 1, *[1] * spatial], dtype=x.dtype.numpy)
     # [N, 1, C, D...]: the channel window is a Conv window over the C axis
     square = ops.unsqueeze(x * x, _axes_const([1]))
     window = ops.conv(square, ones, pads=[before, *[0] * spatial, after, *[0] * spatial])

@@ -601,9 +601,9 @@ def test_batch_norm(shape, dtypes):
         check("core.BatchNormalization", [huge, *params], training_mode=1)
 
 
-@pytest.mark.parametrize("size", [1, 2, 3, 4, 5, 8])
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 5, 8, 11, 2**40])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_lrn(size, dtype):
+def test_lrn(size, dtype):  # windows wider than the 5 channels cost no more than 9
     x = _data((2, 5, 3, 2), dtype)
     check("core.LRN", [x], size=size)
     check("core.LRN", [x], size=size, alpha=0.5, beta=0.5, bias=2.0)

@@ -13,7 +13,7 @@ import pytest
 
 from polyhal.conformance.manifest import Entry, Manifest, read_manifest
 from polyhal.conformance.profiles import get_profile
-from polyhal.conformance.report import SCHEMA_PATH
+from polyhal.conformance.report import SCHEMA_PATH, write_report
 from polyhal.conformance.runner import (
     CaseResult,
     apply_expectations,
@@ -69,6 +69,18 @@ def test_report_validates_against_the_shipped_schema(reference_report):
     broken = dict(doc, summary={**doc["summary"], "passed": -1})
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(broken, schema)
+
+
+def test_a_report_that_cannot_be_written_is_an_error_naming_the_path(tmp_path):
+    report = run_suite("template", levels=["L0"], profile="ci", isolate=False)
+    blocker = tmp_path / "taken"
+    blocker.write_text("the user's file")
+    with pytest.raises(ConformanceError, match=r"taken/report: cannot write the report"):
+        write_report(report, blocker / "report")
+    (tmp_path / "out" / "report.md").mkdir(parents=True)
+    with pytest.raises(ConformanceError, match=r"out/report.md: cannot write the report"):
+        write_report(report, tmp_path / "out")
+    assert blocker.read_text() == "the user's file"
 
 
 def test_case_set_hash_is_stable_across_runs(reference_report):

@@ -8,13 +8,15 @@ from the first element of its first input: ``13`` exits the process with code 3,
 value runs normally, so one executable can both work and fail.
 
 ``test-env`` declares ``worker_env`` and reports what its worker saw as
-capability tags.
+capability tags. ``test-slow-open`` is the template device taking
+``open_seconds`` (an ``Adapter.open`` option) to open.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -120,3 +122,13 @@ class EnvAdapter(TemplateAdapter):
     def open(self, index: int = 0, **options: Any) -> Device:
         super().open(index, **options)
         return EnvDevice()
+
+
+class SlowOpenAdapter(TemplateAdapter):
+    """``test-slow-open``: the template device, opened after ``open_seconds``."""
+
+    name = "test-slow-open"
+
+    def open(self, index: int = 0, **options: Any) -> Device:
+        time.sleep(float(options.pop("open_seconds", 0.0)))
+        return super().open(index, **options)

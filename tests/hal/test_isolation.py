@@ -21,7 +21,12 @@ from polyhal.errors import (
     PolyhalError,
     UnsupportedError,
 )
-from polyhal.hal.isolation import IsolatedDevice, IsolatedExecutable
+from polyhal.hal.isolation import (
+    MIN_START_TIMEOUT,
+    SLOW_CALL_FACTOR,
+    IsolatedDevice,
+    IsolatedExecutable,
+)
 from polyhal.ir import GraphBuilder, f32
 from tests.hal.isolation_adapters import (
     CRASH,
@@ -34,6 +39,7 @@ from tests.hal.isolation_adapters import (
     EnvAdapter,
     FaultyAdapter,
     FaultyUnsupported,
+    SlowOpenAdapter,
 )
 
 OPTIONS = hal.CompileOptions()
@@ -41,10 +47,10 @@ OPTIONS = hal.CompileOptions()
 
 @pytest.fixture(scope="module", autouse=True)
 def _test_adapters():
-    for cls in (FaultyAdapter, EnvAdapter):
+    for cls in (FaultyAdapter, EnvAdapter, SlowOpenAdapter):
         hal.register(cls)
     yield
-    for cls in (FaultyAdapter, EnvAdapter):
+    for cls in (FaultyAdapter, EnvAdapter, SlowOpenAdapter):
         hal.unregister(cls.name)
 
 
@@ -265,6 +271,21 @@ def test_run_async_from_threads(template):
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
         for future in [pool.submit(work, seed) for seed in range(4)]:
             future.result(timeout=60)
+
+
+def test_a_worker_start_is_not_held_to_a_short_call_timeout():
+    """A start may take MIN_START_TIMEOUT whatever the per-call timeout: here the
+    worker takes longer to open than SLOW_CALL_FACTOR calls may take."""
+    timeout = 0.2
+    open_seconds = timeout * SLOW_CALL_FACTOR + 1.0
+    assert open_seconds < MIN_START_TIMEOUT
+    device = hal.open_device("test-slow-open", isolate=True, timeout=timeout,
+                             open_seconds=open_seconds)
+    try:
+        assert device.inner.worker_stats()["generation"] == 1
+        assert device.inner.start_seconds >= open_seconds
+    finally:
+        device.close()
 
 
 def test_close_is_idempotent_and_stops_the_worker():

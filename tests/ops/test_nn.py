@@ -716,7 +716,8 @@ def lrn_ref(x, size, alpha=1e-4, beta=0.75, bias=1.0):
 
 @pytest.mark.parametrize("dtype", dtypes_of("LRN"))
 @pytest.mark.parametrize(("shape", "size"), [((2, 5, 3, 3), 3), ((1, 6, 4), 4), ((2, 3), 1),
-                                             ((1, 4, 2, 2), 9), ((0, 3, 2), 3)])
+                                             ((1, 4, 2, 2), 9), ((0, 3, 2), 3),
+                                             ((1, 4, 2), 2**40)])
 def test_lrn(dtype, shape, size):
     x = random_array(dtype, shape, seed=25)
     attrs = {"size": size, "alpha": 0.5, "beta": 0.6, "bias": 2.0}
@@ -724,12 +725,27 @@ def test_lrn(dtype, shape, size):
 
 
 @pytest.mark.parametrize(("shape", "size"), [((2, 5, 3, 3), 3), ((1, 6, 4), 4), ((2, 3), 1),
-                                             ((1, 4, 2, 2), 9)])
+                                             ((1, 4, 2, 2), 9), ((2, 3), 6), ((1, 4, 2), 2**40)])
 def test_lrn_decomposition(shape, size):
+    """A window wider than the channels is cut to the channels it can reach, so a
+    huge ``size`` makes no huge Conv kernel."""
     x = random_array(F64, shape, seed=26)
     attrs = {"size": size, "alpha": 0.5, "beta": 0.6, "bias": 2.0}
     got = run_decomposed("LRN", [x], attrs)[0]
     np.testing.assert_allclose(got, lrn_ref(x, size, 0.5, 0.6, 2.0), rtol=1e-12)
+
+
+def test_lrn_over_symbolic_channels_decomposes_only_a_bounded_window():
+    from polyhal.ir import GraphBuilder
+    from polyhal.passes import decompose
+
+    def decomposed_ops(size):
+        g = GraphBuilder("lrn")
+        g.output(g.op("LRN", g.input("x", F32["n", "c", 3]), size=size))
+        return {node.op for node in decompose(g.build()).nodes}
+
+    assert "LRN" not in decomposed_ops(5)
+    assert decomposed_ops(2**40) == {"LRN"}  # left whole: no 2**40-wide kernel
 
 
 def test_lrn_hand_values():

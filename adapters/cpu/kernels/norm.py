@@ -212,15 +212,17 @@ def _normalize(x: np.ndarray, scale: np.ndarray, b: np.ndarray, mean: np.ndarray
 
 def lrn(x: np.ndarray, *, alpha: float, beta: float, bias: float, size: int) -> np.ndarray:
     """``core.LRN``: the channel-window sums of squares accumulate one shifted slice per
-    window offset (``size`` additions in all) instead of one sum per channel."""
+    window offset instead of one sum per channel. Offsets of ``channels`` or more
+    reach no channel, so at most ``2 * channels - 1`` slices are added, however
+    large ``size`` is."""
     channels = x.shape[1]
     before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
     square = np.multiply(x, x)
     total = np.zeros_like(x)
-    for shift in range(-before, after + 1):  # channel c adds channel c + shift, in order
+    reach = max(channels - 1, 0)
+    for shift in range(-min(before, reach), min(after, reach) + 1):  # channel c adds c + shift
         low, high = max(0, -shift), min(channels, channels - shift)
-        if low < high:
-            total[:, low:high] += square[:, low + shift:high + shift]
+        total[:, low:high] += square[:, low + shift:high + shift]
     total *= alpha / size
     total += bias
     total **= beta
