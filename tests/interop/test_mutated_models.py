@@ -58,17 +58,31 @@ def time_limit(seconds: int) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-def load_and_run(loader: Callable[[], polyhal.Graph], feeds: Callable[[polyhal.Graph], list]
+@contextlib.contextmanager
+def failing_on_anything_but_polyhal_errors(where: str) -> Iterator[None]:
+    """Let a PolyhalError through; fail the test naming ``where`` on any other
+    exception, or when the block takes longer than ``SECONDS_PER_MODEL``."""
+    try:
+        with time_limit(SECONDS_PER_MODEL):
+            yield
+    except PolyhalError:
+        raise
+    except Exception as exc:
+        raise AssertionError(f"{where}: {type(exc).__name__}: {exc}") from exc
+
+
+def load_and_run(where: str, loader: Callable[[], polyhal.Graph],
+                 feeds: Callable[[polyhal.Graph], list]
                  ) -> tuple[polyhal.Graph, list[np.ndarray], list[np.ndarray]] | None:
     """The graph, its inputs and reference outputs, or None when refused with a
-    PolyhalError; any other exception (or a hang) propagates and fails the test."""
-    with time_limit(SECONDS_PER_MODEL):
-        try:
+    PolyhalError; anything else fails the test."""
+    try:
+        with failing_on_anything_but_polyhal_errors(where):
             graph = loader()
             inputs = feeds(graph)
             return graph, inputs, list(run(graph, *inputs).values())
-        except PolyhalError:
-            return None
+    except PolyhalError:
+        return None
 
 
 def same_results(actual: list[np.ndarray], expected: list[np.ndarray]) -> bool:
@@ -185,20 +199,14 @@ def test_mutated_onnx_models_run_or_are_refused(tmp_path, seed, ints):
             _mutate_onnx(model, rng, SMALL_INTS if ints == "small" else BIG_INTS, op_types)
         path.write_bytes(model.SerializeToString())
         where = f"seed {seed}, attempt {attempt}, from {case.name}"
-        try:
-            result = load_and_run(lambda: load_onnx(path),
-                                  lambda g, case=case: list(case.inputs[:len(g.inputs)]))
-        except Exception as exc:
-            raise AssertionError(f"{where}: {type(exc).__name__}: {exc}") from exc
+        result = load_and_run(where, lambda: load_onnx(path),
+                              lambda g, case=case: list(case.inputs[:len(g.inputs)]))
         if result is None:
             continue
         graph, inputs, expected = result
         ran += 1
-        with time_limit(SECONDS_PER_MODEL):
-            try:
-                actual = list(polyhal.compile(graph, device="cpu")(*inputs).values())
-            except Exception as exc:
-                raise AssertionError(f"{where}: cpu: {type(exc).__name__}: {exc}") from exc
+        with failing_on_anything_but_polyhal_errors(f"{where}, on cpu"):
+            actual = list(polyhal.compile(graph, device="cpu")(*inputs).values())
         assert same_results(actual, expected), f"{where}: cpu and reference differ"
     print(f"seed {seed} ({ints} ints): {ran} of 60 mutated models ran")
 
@@ -266,11 +274,8 @@ def test_mutated_json_models_run_or_are_refused(tmp_path, seed):
             _mutate_json(document, rng)
         path.write_text(json.dumps(document))
         path.with_suffix(".npz").write_bytes(tensors)
-        try:
-            load_and_run(lambda: load(path), lambda g, inputs=inputs: inputs[:len(g.inputs)])
-        except Exception as exc:
-            raise AssertionError(f"seed {seed}, attempt {attempt}: "
-                                 f"{type(exc).__name__}: {exc}") from exc
+        load_and_run(f"seed {seed}, attempt {attempt}", lambda: load(path),
+                     lambda g, inputs=inputs: inputs[:len(g.inputs)])
 
 
 # --------------------------------------------------------------------------- NIR
@@ -335,8 +340,5 @@ def test_mutated_nir_networks_run_or_are_refused(tmp_path, seed):
         path.write_bytes(rng.choice(files))
         for _ in range(rng.randrange(1, 3)):
             _mutate_nir(path, rng)
-        try:
-            load_and_run(lambda: load_nir(path, dt=1e-3), _random_feeds)
-        except Exception as exc:
-            raise AssertionError(f"seed {seed}, attempt {attempt}: "
-                                 f"{type(exc).__name__}: {exc}") from exc
+        load_and_run(f"seed {seed}, attempt {attempt}", lambda: load_nir(path, dt=1e-3),
+                     _random_feeds)
