@@ -60,6 +60,13 @@ def _gather_windows(x: np.ndarray, win: Window, fill: Any, where: str
     """
     spatial = x.shape[2:]
     geometry = [axis_geometry(size, i, win) for i, size in enumerate(spatial)]
+    out_shape = [g[2] for g in geometry]
+    # Checked before anything is built, so that a huge kernel is refused, not
+    # allocated: the kernel positions and the [O..., K...] masks, which stay large
+    # when the input or output is empty, then the windows themselves.
+    kernel = [int(k) for k in win.kernel]
+    for shape in (kernel, [*out_shape, *kernel], [*x.shape[:2], *out_shape, *kernel]):
+        ensure_allocatable(shape, f"{where}: windows")
     coords = [np.arange(out)[:, None] * win.strides[i] - begin
               + np.arange(int(win.kernel[i]))[None, :] * win.dilations[i]
               for i, (begin, _, out) in enumerate(geometry)]
@@ -76,8 +83,6 @@ def _gather_windows(x: np.ndarray, win: Window, fill: Any, where: str
         shape = [1] * (2 * n)
         shape[i], shape[n + i] = c.shape
         index.append((c + widths[i][0]).reshape(shape))
-    out_shape = [g[2] for g in geometry]
-    ensure_allocatable([*x.shape[:2], *out_shape, *win.kernel], f"{where}: windows")
     return padded[(slice(None), slice(None), *index)], coords, geometry
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import tracemalloc
 from collections.abc import Sequence
 from typing import Any
 
@@ -490,6 +491,46 @@ def test_pool_windows_that_cover_only_padding():
           kernel_shape=[2, 2], pads=[1, 1, 1, 1], dilations=[2, 2])
     check("core.AveragePool", [x], **attrs)
     check("core.AveragePool", [x], count_include_pad=1, **attrs)
+
+
+WIDE_POOLS = [  # kernels wider than the 5 x 4 input (pools read only what reaches it)
+    {"kernel_shape": [9, 11], "auto_pad": "SAME_UPPER"},
+    {"kernel_shape": [12, 7], "auto_pad": "SAME_LOWER", "strides": [2, 3]},
+    {"kernel_shape": [8, 6], "pads": [7, 5, 6, 2], "strides": [3, 2], "ceil_mode": 1},
+    {"kernel_shape": [7, 5], "pads": [6, 4, 6, 4], "dilations": [2, 2]},
+]
+
+
+@pytest.mark.parametrize("attrs", WIDE_POOLS, ids=[str(i) for i in range(len(WIDE_POOLS))])
+def test_pools_with_kernels_wider_than_the_input(attrs):
+    x = _with_specials(_data((2, 3, 5, 4)))
+    for storage_order in (0, 1):
+        check("core.MaxPool", [x], storage_order=storage_order, **attrs)
+    check("core.MaxPool", [RNG.integers(0, 3, size=(2, 3, 5, 4)).astype(np.int8)], **attrs)
+    for count_include_pad in (0, 1):
+        check("core.AveragePool", [x], count_include_pad=count_include_pad, **attrs)
+
+
+def test_a_pool_kernel_of_two_billion_costs_no_more_than_one_as_wide_as_the_input():
+    """SAME padding lets a model ask for any kernel: one of 2**31 rows must neither loop
+    nor allocate per row. Every window then covers all 5 rows, as a kernel of 11 does."""
+    x = _with_specials(_data((2, 3, 5, 4)))
+    kernels = {"max": FAST_KERNELS["core.MaxPool"], "mean": FAST_KERNELS["core.AveragePool"]}
+
+    def pools(rows):
+        attrs = {"kernel_shape": [rows, 3], "auto_pad": "SAME_UPPER"}
+        return (*kernels["max"](x, **_attrs(_op("core.MaxPool"), attrs)),
+                kernels["mean"](x, **_attrs(_op("core.AveragePool"), attrs)))
+
+    tracemalloc.start()
+    try:
+        huge = pools(2**31)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
+    for got, want in zip(huge, pools(11), strict=True):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_pools_on_empty_and_all_minus_inf():

@@ -193,6 +193,22 @@ def test_conv_empty_batch_and_kernel_shape_attr():
     assert got.shape == (0, 3, 4) and got.dtype == np.float32
 
 
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+@pytest.mark.parametrize("batch", [1, 0])
+def test_a_huge_pool_kernel_is_refused_before_anything_is_allocated(op, batch):
+    import tracemalloc
+
+    x = random_array(F32, (batch, 1, 5, 5))
+    tracemalloc.start()
+    try:
+        with pytest.raises(LimitExceededError, match=rf"{op}: windows"):
+            run_op(op, [x], {"kernel_shape": [2**31, 3], "auto_pad": "SAME_UPPER"})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
+
+
 def test_conv_window_buffer_respects_limits():
     # output (51 elements) and input are small, the gathered windows (51 * 50) are not
     x, w = random_array(F32, (1, 1, 100)), random_array(F32, (1, 1, 50))

@@ -7,10 +7,18 @@ read: instead of gathering every window into an ``[N, C, O..., K...]`` array,
 the input is padded once (only as far as some window reaches) and read
 through strided views, one per kernel position or all at once
 (``as_strided``).
+
+Pools read only the kernel positions that reach the input from some output
+position (:attr:`Windows.taps`): the others read nothing but padding, which
+neither a max nor a sum sees, so a kernel far wider than the input costs no
+more than one as wide as it (a model file cannot make a pool loop or pad
+per unit of an absurd ``kernel_shape``). A Conv reads every position: a
+non-finite weight times a padding zero is NaN.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -36,6 +44,29 @@ class Windows:
         self.begin = tuple(g[0] for g in geometry)
         self.end = tuple(g[1] for g in geometry)
         self.out = tuple(g[2] for g in geometry)
+        self.taps = tuple(self._reaching(i) if pool else range(k)
+                          for i, k in enumerate(self.kernel))
+        """Per spatial axis, the kernel offsets read: for pools those that reach the
+        input from some output position (a superset, which is harmless), all for Conv."""
+        # the padding kept before each axis: as far as the first offset read reaches
+        self.lead = tuple(max(0, b - (t.start * d if t else b))
+                          for b, t, d in zip(self.begin, self.taps, self.dilations, strict=True))
+
+    def _reaching(self, axis: int) -> range:
+        k, s, d = self.kernel[axis], self.strides[axis], self.dilations[axis]
+        begin, size, out = self.begin[axis], self.spatial[axis], self.out[axis]
+        if out == 0 or size == 0:
+            return range(0)
+        # offset j reads coordinates j * d - begin + [0, (out - 1) * s]; keep the j
+        # whose span meets [0, size)
+        first = max(0, -(-(begin - (out - 1) * s) // d))
+        last = min(k - 1, (begin + size - 1) // d)
+        return range(first, max(first, last + 1))
+
+    @property
+    def reaches_input(self) -> bool:
+        """Whether any window reads any input position (with a non-empty output)."""
+        return all(self.taps) and all(self.out)
 
     @property
     def rank(self) -> int:
@@ -47,28 +78,37 @@ class Windows:
         """Kernel positions (the product of the kernel sizes)."""
         return math.prod(self.kernel)
 
+    def position(self, offset: Sequence[int]) -> int:
+        """The row-major index of kernel position ``offset``."""
+        index = 0
+        for k, size in zip(offset, self.kernel, strict=True):
+            index = index * size + k
+        return index
+
     def coords(self, axis: int, k: int) -> np.ndarray:
         """Input coordinate of every output position of ``axis`` at kernel offset ``k``."""
         return (np.arange(self.out[axis]) * self.strides[axis] - self.begin[axis]
                 + k * self.dilations[axis])
 
     def pads(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """``(begin, after)``: the padding every window needs before and after each
-        spatial axis (the end only as far as the last window reaches)."""
+        """``(begin, after)``: the padding the offsets read need before and after each
+        spatial axis (the end only as far as the last window reaches). For a Conv,
+        ``begin`` is the node's own begin padding."""
         after = []
         for i, size in enumerate(self.spatial):
-            if self.out[i] == 0:
+            taps = self.taps[i]
+            if self.out[i] == 0 or not taps:
                 after.append(0)
                 continue
             reach = ((self.out[i] - 1) * self.strides[i]
-                     + (self.kernel[i] - 1) * self.dilations[i] + 1)
+                     + (taps[-1]) * self.dilations[i] + 1)
             after.append(max(0, reach - self.begin[i] - size))
-        return self.begin, tuple(after)
+        return self.lead, tuple(after)
 
     def padded(self, x: np.ndarray, fill: Any, where: str) -> np.ndarray:
         """``x`` padded with ``fill`` so that every window lies inside it.
 
-        Index ``j`` of a padded spatial axis is input coordinate ``j - begin``;
+        Index ``j`` of a padded spatial axis is input coordinate ``j - lead``;
         ``x`` itself when no window reaches outside it.
         """
         begin, after = self.pads()
@@ -83,7 +123,7 @@ class Windows:
         return padded
 
     def _inner(self) -> tuple[slice, ...]:
-        return tuple(slice(b, b + size) for b, size in zip(self.begin, self.spatial,
+        return tuple(slice(b, b + size) for b, size in zip(self.lead, self.spatial,
                                                            strict=True))
 
     def blocks(self, x: np.ndarray, fill: Any, nbytes: int
@@ -116,14 +156,14 @@ class Windows:
         """The strided view ``[..., O...]`` of ``padded`` at kernel position ``offset``."""
         index = []
         for i, k in enumerate(offset):
-            start = k * self.dilations[i]
+            start = k * self.dilations[i] - self.begin[i] + self.lead[i]
             stop = start + (self.out[i] - 1) * self.strides[i] + 1 if self.out[i] else start
             index.append(slice(start, stop, self.strides[i]))
         return padded[(Ellipsis, *index)]
 
     def offsets(self) -> list[tuple[int, ...]]:
-        """Every kernel position, row-major."""
-        return list(np.ndindex(*self.kernel))
+        """Every kernel position read (:attr:`taps`), row-major."""
+        return list(itertools.product(*self.taps))
 
     def all_windows(self, padded: np.ndarray, groups: int) -> np.ndarray:
         """Read-only view ``[N, groups, C / groups, K..., O...]`` of every window."""
@@ -154,12 +194,16 @@ class Windows:
 
     def counts(self, low: Sequence[int], high: Sequence[int]) -> np.ndarray:
         """``[O...]``: how many kernel positions of each window have every coordinate
-        in ``[low, high)`` (a product of per-axis counts)."""
+        in ``[low, high)`` (a product of per-axis counts, each worked out from the
+        window's first coordinate, whatever the kernel size)."""
         total = np.ones([1] * self.rank, dtype=np.int64)
         for i in range(self.rank):
-            c = (np.arange(self.out[i])[:, None] * self.strides[i] - self.begin[i]
-                 + np.arange(self.kernel[i])[None, :] * self.dilations[i])
-            count = ((c >= low[i]) & (c < high[i])).sum(axis=1)
+            d = self.dilations[i]
+            start = np.arange(self.out[i], dtype=np.int64) * self.strides[i] - self.begin[i]
+            # offsets j in [0, kernel) with low <= start + j * d < high
+            first = np.maximum(0, -((start - low[i]) // d))
+            last = np.minimum(self.kernel[i] - 1, (high[i] - 1 - start) // d)
+            count = np.maximum(0, last - first + 1)
             shape = [1] * self.rank
             shape[i] = self.out[i]
             total = total * count.reshape(shape)

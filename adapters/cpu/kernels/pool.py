@@ -5,7 +5,8 @@ each padded into a reused buffer, and combine strided views of it
 (``np.maximum`` / ``+=`` into the output), so nothing of the size of all
 windows is ever built. The max is separable and taken one spatial axis at a
 time (``k1 + k2`` views instead of ``k1 * k2``); the average adds one view
-per kernel position. MaxPool's Indices output takes a second pass over the
+per kernel position (only the positions that reach the input, see
+:attr:`Windows.taps`). MaxPool's Indices output takes a second pass over the
 kernel positions of each block that keeps, per output, the first in-bounds
 position holding the max (:func:`max_pool`); :func:`max_pool_values` skips it
 for nodes that do not ask for Indices.
@@ -40,8 +41,9 @@ def _window_max(win: Windows, padded: np.ndarray, y: np.ndarray) -> None:
         if k == 1 and s == 1 and axis != last:
             continue
         lead = (slice(None),) * (current.ndim - win.rank + axis)
-        taps = [current[(*lead, slice(j * d, j * d + (out - 1) * s + 1 if out else j * d, s))]
-                for j in range(k)]
+        shift = win.lead[axis] - win.begin[axis]  # padded index of coordinate 0, minus begin
+        taps = [current[(*lead, slice(j * d + shift, j * d + shift + (out - 1) * s + 1, s))]
+                for j in win.taps[axis]]
         target = y if axis == last else np.empty(taps[0].shape, dtype=y.dtype)
         np.copyto(target, taps[0])
         for tap in taps[1:]:
@@ -56,6 +58,8 @@ def max_pool_values(x: np.ndarray, *, auto_pad: str, ceil_mode: int, dilations: 
     attrs = {"auto_pad": auto_pad, "ceil_mode": ceil_mode, "dilations": dilations,
              "pads": pads, "strides": strides}
     win = Windows(x.shape[2:], kernel_shape, attrs, pool=True)
+    if not win.reaches_input:  # every window reads padding only
+        return np.full((*x.shape[:2], *win.out), _lowest(x.dtype), dtype=x.dtype)
     y = np.empty((*x.shape[:2], *win.out), dtype=x.dtype)
     planes = y.reshape(x.shape[0] * x.shape[1], *win.out)
     for start, stop, padded in win.blocks(x, _lowest(x.dtype), BLOCK_BYTES):
@@ -71,20 +75,23 @@ def max_pool(x: np.ndarray, *, auto_pad: str, ceil_mode: int, dilations: Any,
              "pads": pads, "strides": strides}
     win = Windows(x.shape[2:], kernel_shape, attrs, pool=True)
     shape = (*x.shape[:2], *win.out)
+    if not win.reaches_input:  # every window reads padding only
+        return np.full(shape, _lowest(x.dtype), dtype=x.dtype), np.full(shape, -1, np.int64)
     y = np.empty(shape, dtype=x.dtype)
     indices = np.empty(shape, dtype=np.int64)
     count = x.shape[0] * x.shape[1]
     y_planes = y.reshape(count, *win.out)
     i_planes = indices.reshape(count, *win.out)
     positions = win.positions
-    small = np.int16 if 2 * positions < np.iinfo(np.int16).max else np.int32
-    # per kernel position: where its input coordinate is outside the input (padding is
-    # never the max's position)
+    small = next(t for t in (np.int16, np.int32, np.int64)
+                 if 2 * positions < np.iinfo(t).max)
+    # per kernel position read: its row-major index, and where its input coordinate is
+    # outside the input (padding is never the max's position)
     zeros = [0] * win.rank
-    outside = []
+    taps = []
     for offset in win.offsets():
         inside = win.in_bounds(offset, zeros, win.spatial)
-        outside.append(None if inside is None else ~inside)
+        taps.append((offset, win.position(offset), None if inside is None else ~inside))
     # the flat spatial index: row-major (storage_order 0) or column-major (1) strides
     order = range(win.rank) if storage_order == 0 else reversed(range(win.rank))
     flat_stride = [0] * win.rank
@@ -110,14 +117,14 @@ def max_pool(x: np.ndarray, *, auto_pad: str, ceil_mode: int, dilations: Any,
         miss = np.empty(yb.shape, dtype=bool)
         offer = np.empty(yb.shape, dtype=small)
         scratch = np.empty(yb.shape, dtype=bool) if nan else None
-        for k, offset in enumerate(win.offsets()):
+        for offset, k, outside in taps:
             view = win.at(padded, offset)
             np.not_equal(view, yb, out=miss)
             if scratch is not None:
                 np.isnan(view, out=scratch)
                 np.greater(miss, scratch, out=miss)  # miss and not NaN
-            if outside[k] is not None:
-                miss |= outside[k]
+            if outside is not None:
+                miss |= outside
             np.multiply(miss, small(positions), out=offer)
             offer += small(k)
             np.minimum(first, offer, out=first)
@@ -151,6 +158,10 @@ def average_pool(x: np.ndarray, *, auto_pad: str, ceil_mode: int, count_include_
         count = win.counts([0] * win.rank, win.spatial)
     divisor = count.astype(x.dtype)  # an empty window: 0 / 0 = NaN (documented)
     y = np.empty((*x.shape[:2], *win.out), dtype=x.dtype)
+    if not win.reaches_input:  # every window reads padding only: a sum of zeros
+        with np.errstate(invalid="ignore"):
+            np.divide(x.dtype.type(0), divisor, out=y)
+        return y
     planes = y.reshape(x.shape[0] * x.shape[1], *win.out)
     for start, stop, padded in win.blocks(x, 0, BLOCK_BYTES):
         yb = planes[start:stop]
