@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from polyhal.errors import CheckpointError
+from polyhal.ir.limits import current_limits
 
 FORMAT = "polyhal-checkpoint"
 VERSION = 1
@@ -59,9 +60,12 @@ def save_checkpoint(path: str | os.PathLike[str], arrays: Mapping[str, np.ndarra
 
 
 def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
-    """Read a checkpoint written by :func:`save_checkpoint`."""
+    """Read a checkpoint written by :func:`save_checkpoint`. Its arrays may hold at
+    most ``max_total_bytes`` and its metadata ``max_file_bytes`` of the current
+    :class:`~polyhal.ir.Limits`, checked before anything is decompressed."""
     source = Path(path)
     try:
+        _check_sizes(source)
         with np.load(source, allow_pickle=False) as archive:
             names = list(archive.files)
             if _META not in names:
@@ -73,11 +77,29 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
         raise
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint {source} does not exist") from None
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"checkpoint {source} cannot be read: {exc}") from None
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError, UnicodeDecodeError,
+            RecursionError) as exc:
+        raise CheckpointError(f"checkpoint {source} cannot be read: "
+                              f"{exc or type(exc).__name__}") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError(f"checkpoint {source}: not a polyhal checkpoint")
     if meta.get("version") != VERSION:
         raise CheckpointError(f"checkpoint {source}: version {meta.get('version')!r} is not "
                               f"supported (this polyhal reads version {VERSION})")
     return Checkpoint(arrays, meta)
+
+
+def _check_sizes(source: Path) -> None:
+    """Refuse a checkpoint whose entries would decompress past the limits (the zip
+    directory states each size, and reading stops there)."""
+    with zipfile.ZipFile(source) as archive:
+        sizes = {info.filename: info.file_size for info in archive.infolist()}
+    limits = current_limits()
+    total = sum(sizes.values())
+    if total > limits.max_total_bytes:
+        raise CheckpointError(f"checkpoint {source}: {total} bytes of arrays exceed the limit "
+                              f"of {limits.max_total_bytes} (see polyhal.ir.Limits)")
+    meta = sizes.get(f"{_META}.npy", 0)
+    if meta > limits.max_file_bytes:
+        raise CheckpointError(f"checkpoint {source}: {meta} bytes of metadata exceed the "
+                              f"limit of {limits.max_file_bytes} (see polyhal.ir.Limits)")

@@ -28,6 +28,7 @@ from polyhal.train.losses import Loss, get_loss
 from polyhal.train.optim import Adam, Optimizer
 from polyhal.train.parallel import SessionTrainer
 from polyhal.train.precision import compute_dtype
+from polyhal.train.resume import check_arrays, resume_point
 from polyhal.train.step import Model, Trainer, forward_graph, loss_graph
 
 Batch = tuple[np.ndarray, np.ndarray]
@@ -332,24 +333,22 @@ def fit(model: Model, data: Batch | Iterable[Batch], *, epochs: int = 1, batch_s
 def _restore(saved: Checkpoint, where: str, model: Model, trainer: Trainer | SessionTrainer,
              config: dict[str, Any]) -> tuple[History, int, int, int, _EpochSums]:
     meta = saved.meta
-    differing = sorted(k for k in set(config) | set(meta.get("config", {}))
-                       if config.get(k) != meta.get("config", {}).get(k))
+    written = meta.get("config")
+    if not isinstance(written, dict):
+        raise CheckpointError(f"checkpoint {where}: config: expected an object")
+    differing = sorted(k for k in set(config) | set(written) if config.get(k) != written.get(k))
     if differing:
         raise CheckpointError(f"checkpoint {where} was written by a run with other settings: "
-                              + "; ".join(f"{k}: checkpoint {meta['config'].get(k)!r}, now "
+                              + "; ".join(f"{k}: checkpoint {written.get(k)!r}, now "
                                           f"{config.get(k)!r}" for k in differing))
+    point = resume_point(meta, where, trainer.scaler.state())
     params = {k[len("param/"):]: v for k, v in saved.arrays.items() if k.startswith("param/")}
     state = {k[len("state/"):]: v for k, v in saved.arrays.items() if k.startswith("state/")}
-    if set(state) != set(trainer.state):
-        raise CheckpointError(f"checkpoint {where}: optimizer state {sorted(state)} does not "
-                              f"match the optimizer's {sorted(trainer.state)}")
-    try:
-        model.load_state_dict(params)
-    except Exception as exc:  # the model names what does not fit
-        raise CheckpointError(f"checkpoint {where}: the parameters do not fit the model: "
-                              f"{exc}") from None
+    # everything is checked before anything is loaded
+    check_arrays(params, model.state_dict(), "the parameters do not fit the model", where)
+    check_arrays(state, trainer.state, "the optimizer state does not fit the optimizer", where)
+    model.load_state_dict(params)
     trainer.state = dict(state)
-    for key, value in meta["scaler"].items():
+    for key, value in point.scaler.items():
         setattr(trainer.scaler, key, value)
-    return (History.from_dict(meta["history"]), int(meta["step"]), int(meta["epoch"]),
-            int(meta["batch"]), _EpochSums(meta["sums"]))
+    return point.history, point.step, point.epoch, point.batch, _EpochSums(point.sums)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from polyhal.errors import CheckpointError
+from polyhal.ir import Limits, use_limits
 from polyhal.train import load_checkpoint, save_checkpoint
 
 
@@ -87,3 +88,32 @@ def test_pickled_objects_are_never_loaded(tmp_path):
 def test_reserved_name(tmp_path):
     with pytest.raises(CheckpointError, match="reserved"):
         save_checkpoint(tmp_path / "x.ckpt", {"__meta__": np.ones(1)}, {})
+
+
+def _with_meta(path, document: bytes) -> None:
+    with open(path, "wb") as stream:
+        np.savez(stream, __meta__=np.frombuffer(document, np.uint8))
+
+
+def test_metadata_nested_too_deeply_is_a_checkpoint_error(tmp_path):
+    path = tmp_path / "deep.ckpt"
+    _with_meta(path, b"[" * 100_000 + b"]" * 100_000)
+    with pytest.raises(CheckpointError, match="cannot be read"):
+        load_checkpoint(path)
+
+
+def test_sizes_are_checked_before_anything_is_decompressed(tmp_path):
+    path = tmp_path / "bomb.ckpt"  # 64 MiB of zeros compresses to about 64 KiB
+    with open(path, "wb") as stream:
+        np.savez_compressed(stream, __meta__=np.frombuffer(
+            b'{"format": "polyhal-checkpoint", "version": 1}', np.uint8),
+            zeros=np.zeros(1 << 24, np.float32))
+    assert path.stat().st_size < 1 << 20
+    with use_limits(Limits(max_total_bytes=1 << 20)), \
+            pytest.raises(CheckpointError, match=r"bytes of arrays exceed the limit of 1048576"):
+        load_checkpoint(path)
+    assert load_checkpoint(path).arrays["zeros"].size == 1 << 24  # within the default limits
+    _with_meta(path, b" " * 2048)
+    with use_limits(Limits(max_file_bytes=1024)), \
+            pytest.raises(CheckpointError, match="bytes of metadata exceed the limit of 1024"):
+        load_checkpoint(path)

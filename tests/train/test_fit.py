@@ -148,6 +148,59 @@ def test_bad_arguments_are_named(kwargs, message):
         train.fit(_mlp(hidden=4), data, progress=False, **arguments)
 
 
+TAMPERED = {
+    "a counter that is not a count": (lambda meta, arrays: meta.update(step="12"),
+                                       r"step: expected an integer >= 0, got '12'"),
+    "a missing field": (lambda meta, arrays: meta.pop("batch"),
+                        r"batch: expected an integer >= 0, got None"),
+    "sums that are not numbers": (lambda meta, arrays: meta["sums"].update(loss="high"),
+                                  r"sums: expected an object of numbers"),
+    "a loss scaler with another field": (lambda meta, arrays: meta["scaler"].update(x=1),
+                                         r"scaler: expected the loss scaler's fields"),
+    "a loss scaler value of another type": (
+        lambda meta, arrays: meta["scaler"].update(dynamic=1),
+        r"scaler: expected the loss scaler's fields"),
+    "history of the wrong shape": (lambda meta, arrays: meta.update(history="long"),
+                                   r"history: expected an object"),
+    "history epochs that are not metrics": (
+        lambda meta, arrays: meta["history"].update(epochs=[{"loss": "low"}]),
+        r"history: epochs: expected a list of \{metric: number\}"),
+    "config that is not an object": (lambda meta, arrays: meta.update(config=[1]),
+                                     r"config: expected an object"),
+    "parameters of another dtype": (
+        lambda meta, arrays: arrays.update({"param/0.bias": np.zeros(4, np.float64)}),
+        r"the parameters do not fit the model: '0.bias' is float64\[4\], expected "
+        r"float32\[4\]"),
+    "optimizer state of another shape": (
+        lambda meta, arrays: arrays.update({"state/m/0.weight": np.zeros((3, 2, 4), np.float32)}),
+        r"the optimizer state does not fit the optimizer: 'm/0.weight' is "
+        r"float32\[3, 2, 4\], expected float32\[2, 4\]"),
+    "optimizer state of another dtype": (
+        lambda meta, arrays: arrays.update({"state/step": np.zeros((), np.float64)}),
+        r"the optimizer state does not fit the optimizer: 'step' is float64\[\]"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TAMPERED))
+def test_a_tampered_checkpoint_is_refused_naming_the_field(tmp_path, spirals, case):
+    (x, y), _ = spirals
+    path = tmp_path / "run.ckpt"
+    train.fit(_mlp(hidden=4), (x[:64], y[:64]), epochs=1, checkpoint=path, progress=False)
+    saved = train.load_checkpoint(path)
+    meta = {k: v for k, v in saved.meta.items() if k not in ("format", "version")}
+    arrays = dict(saved.arrays)
+    tamper, message = TAMPERED[case]
+    tamper(meta, arrays)
+    train.save_checkpoint(path, arrays, meta)
+    model = _mlp(hidden=4)
+    before = {k: v.copy() for k, v in model.state_dict().items()}
+    with pytest.raises(CheckpointError, match=message):
+        train.fit(model, (x[:64], y[:64]), epochs=2, checkpoint=path, resume=True,
+                  progress=False)
+    for name, value in model.state_dict().items():  # refused before anything was loaded
+        np.testing.assert_array_equal(value, before[name])
+
+
 def test_resuming_with_other_settings_is_refused(tmp_path, spirals):
     (x, y), _ = spirals
     path = tmp_path / "run.ckpt"
