@@ -22,6 +22,8 @@ def load_model(path: str | os.PathLike[str], **options: Any) -> Graph:
 
     >>> graph = load_model("network.nir", dt=1e-3, method="exact")  # doctest: +SKIP
     """
+    if not isinstance(path, str | os.PathLike):
+        raise SerializationError(f"load_model: expected a file path, got {type(path).__name__}")
     path = Path(path)
     if path.suffix == ".nir":
         return _load_nir(path, options)

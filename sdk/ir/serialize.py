@@ -336,6 +336,8 @@ def from_document(doc: Any, store: _TensorStore, source: str = "<document>",
 
 def load(path: str | os.PathLike[str], limits: Limits | None = None) -> Graph:
     """Load and verify the model at ``path`` (and its ``.npz`` beside it)."""
+    if not isinstance(path, str | os.PathLike):
+        raise SerializationError(f"load: expected a file path, got {type(path).__name__}")
     path = Path(path)
     limits = limits or current_limits()
     try:

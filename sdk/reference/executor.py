@@ -89,6 +89,9 @@ class ReferenceExecutor:
     """
 
     def __init__(self, graph: Graph) -> None:
+        if not isinstance(graph, Graph):
+            raise ExecutionError(f"expected a polyhal Graph, got {type(graph).__name__} (read "
+                                 "a model file with polyhal.load or load_model)")
         self.graph = graph
         self._plan: list[tuple[Node, OpDef, dict[str, Any]]] = []
         for node in graph.nodes:

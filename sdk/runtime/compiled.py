@@ -224,6 +224,9 @@ def compile(graph: Graph, device: str | Device = "reference",
     ``fallback=None`` raises :class:`UnsupportedError` listing every node the
     device does not cover.
     """
+    if not isinstance(graph, Graph):
+        raise UnsupportedError(f"compile: expected a polyhal Graph, got {type(graph).__name__}"
+                               " (read a model file with polyhal.load or load_model)")
     if precision not in PRECISIONS:
         raise UnsupportedError(f"compile: precision {precision!r} is not one of "
                                f"{', '.join(sorted(PRECISIONS))}")

@@ -22,7 +22,10 @@ from polyhal.ir.builder import Var
 
 def _check(name: str, value: float, low: float, high: float | None = None,
            closed_high: bool = False) -> float:
-    value = float(value)
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise IRError(f"optimizer argument {name}={value!r} must be a number") from None
     ok = value >= low and (high is None or (value <= high if closed_high else value < high))
     if not ok or not np.isfinite(value):
         bound = "" if high is None else f" and {'<=' if closed_high else '<'} {high}"

@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 import polyhal
+import polyhal.train
 from polyhal import ops
-from polyhal.errors import InputBindingError, UnsupportedError
+from polyhal.errors import InputBindingError, PolyhalError, UnsupportedError
+from polyhal.interop.loading import load_model
 from polyhal.ir import Graph, GraphBuilder, f32, f64
 from polyhal.reference import run
 
@@ -111,3 +113,17 @@ def test_isolated_devices_place_the_same_way():
     compiled = polyhal.compile(graph, device="template", fallback="reference", isolate=True)
     x = np.ones((2, 5), np.float32)
     np.testing.assert_allclose(compiled(x)["y"], run(graph, x)["y"], rtol=1e-6)
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda: polyhal.compile("model.json", device="cpu"),
+     r"compile: expected a polyhal Graph, got str \(read a model file with polyhal.load"),
+    (lambda: polyhal.compile(None), r"compile: expected a polyhal Graph, got NoneType"),
+    (lambda: run([1, 2], np.ones(2)), r"expected a polyhal Graph, got list"),
+    (lambda: polyhal.load(None), r"load: expected a file path, got NoneType"),
+    (lambda: load_model(3), r"load_model: expected a file path, got int"),
+    (lambda: polyhal.train.SGD("fast"), r"optimizer argument lr='fast' must be a number"),
+])
+def test_arguments_of_the_wrong_kind_are_polyhal_errors(call, message):
+    with pytest.raises(PolyhalError, match=message):
+        call()
