@@ -18,7 +18,8 @@ reference kernel). Buffers come from an arena planned once per plan:
   without a transpose; every other step sees an ordinary (strided) array, and
   outputs are returned C-contiguous; a Relu, a residual Add, or an Add and a
   Relu that are a lowered Conv's only consumer are applied by the Conv as it
-  writes its output (an :class:`Epilogue`, no step of its own);
+  writes its output, and a Relu that is a Gemm's only consumer by the Gemm (an
+  :class:`Epilogue`, no step of its own);
 - scratch buffers a step asks for (im2col columns, a zero-bordered padded
   input) live in the arena too, shared by every step that asks for the same
   one.
@@ -103,8 +104,8 @@ class Step:
 
 @dataclass(frozen=True)
 class Epilogue:
-    """Nodes a lowered Conv applies as it writes its output: a residual added, then a
-    Relu (either may be absent)."""
+    """Nodes a lowered Conv or a Gemm applies as it writes its output: a residual
+    added (Conv only), then a Relu (either may be absent)."""
 
     nodes: tuple[Node, ...]
     """The absorbed nodes, in order (none: the Conv writes its own output)."""
@@ -118,6 +119,8 @@ class Epilogue:
 
 
 NO_EPILOGUE = Epilogue((), None, False)
+EPILOGUE_CHAINS = {"Conv": (("Relu",), ("Add",), ("Add", "Relu")), "Gemm": (("Relu",),)}
+"""The ops of the chains each kind of step can absorb as its epilogue."""
 
 
 def _low(dtype: np.dtype) -> bool:
@@ -158,7 +161,7 @@ class PlanBuilder:
             self.slots.setdefault(name, len(self.slots))
         self.steps: list[Step] = []
         self.epilogues: dict[str, Epilogue] = {}
-        """Conv name -> what its step applies as it writes."""
+        """Conv or Gemm name -> what its step applies as it writes."""
         self._lowerings: dict[str, Conv2dLowering | None] = {}
 
     def slot(self, name: str) -> int:
@@ -166,7 +169,7 @@ class PlanBuilder:
 
     def build(self) -> Plan:
         groups = {g.nodes[-1].name: g for g in find_groups(self.graph)}
-        self.epilogues = self._conv_epilogues(list(groups.values()))
+        self.epilogues = self._epilogues(list(groups.values()))
         absorbed = {n.name for e in self.epilogues.values() for n in e.nodes}
         members = {n.name for g in groups.values() for n in g.nodes[:-1]}
         for node in self.graph.nodes:
@@ -178,11 +181,11 @@ class PlanBuilder:
                 self.steps.append(self._node(node))
         return self._plan()
 
-    def _conv_epilogues(self, groups: list[FusionGroup]) -> dict[str, Epilogue]:
-        """Conv name -> the nodes its step applies as it writes: the only consumer of a
-        lowered Conv's output (not a graph output) when that is a Relu, an Add of a
-        tensor of the same type made before the Conv (a residual), or a fusion group
-        of just such an Add and a Relu of it."""
+    def _epilogues(self, groups: list[FusionGroup]) -> dict[str, Epilogue]:
+        """Conv or Gemm name -> the nodes its step applies as it writes: the only
+        consumer of its output (not a graph output) when that is a Relu, or for a
+        lowered Conv an Add of a tensor of the same type made before the Conv (a
+        residual), or a fusion group of just such an Add and a Relu of it."""
         consumers: dict[str, list[Node]] = {}
         for node in self.graph.nodes:
             for name in dict.fromkeys(i for i in node.inputs if i):
@@ -195,8 +198,8 @@ class PlanBuilder:
         for index, node in enumerate(self.graph.nodes):
             conv_out = node.outputs[0].name
             after = consumers.get(conv_out, [])
-            if (node.op != "Conv" or len(after) != 1 or conv_out in graph_outputs
-                    or not self._lowers(node)):
+            if (node.op not in EPILOGUE_CHAINS or len(after) != 1
+                    or conv_out in graph_outputs or not self._lowers(node)):
                 continue
             first = after[0]
             if first.name in taken:
@@ -206,8 +209,7 @@ class PlanBuilder:
             if group is not None and group.nodes[0] is not first:
                 continue
             ops = tuple(n.op for n in chain)
-            if ops not in (("Relu",), ("Add",), ("Add", "Relu")) or any(
-                    n.domain != "core" for n in chain):
+            if ops not in EPILOGUE_CHAINS[node.op] or any(n.domain != "core" for n in chain):
                 continue
             residual = None
             if ops[0] == "Add":
@@ -361,7 +363,10 @@ class PlanBuilder:
         alpha, beta = attrs["alpha"], attrs["beta"]
         trans_a, trans_b = attrs["transA"], attrs["transB"]
         ins = [self.slot(i) for i in node.inputs if i]
-        out = self.slot(node.outputs[0].name)
+        epilogue = self._epilogue(node)
+        result = epilogue.output(node)
+        out = self.slot(result.name)
+        zero = result.type.dtype.numpy.type(0)
 
         def make(buffers: list[int | None], scratch: dict[str, int]) -> StepFn:
             buffer = buffers[0]
@@ -375,11 +380,14 @@ class PlanBuilder:
                 if len(ins) == 3:
                     c = env[ins[2]]
                     y += c if beta == 1.0 else c * c.dtype.type(beta)
+                if epilogue.relu:  # the Relu's own expression, in place while y is in cache
+                    np.maximum(y, zero, out=y)
                 env[out] = y
 
             return step
 
-        return Step(node.name, ins, [out], False, True, make, [node.outputs[0].type])
+        name = "+".join([node.name] + [n.name for n in epilogue.nodes])
+        return Step(name, ins, [out], False, True, make, [result.type])
 
     def _kernel(self, node: Node) -> Step:
         call = _generic(node)

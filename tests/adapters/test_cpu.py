@@ -78,6 +78,27 @@ def test_profile_reports_each_step_of_the_last_run_by_a_unique_name():
     assert sum(profile.nodes.values()) < elapsed
 
 
+def test_a_relu_after_a_gemm_is_applied_by_the_gemm_step():
+    rng = np.random.default_rng(4)
+    g = GraphBuilder("mlp")
+    x = g.input("x", f32["n", 8])
+    weights = [rng.normal(size=(8, 8)).astype(np.float32) for _ in range(4)]
+    hidden = x @ weights[0] + weights[1][0]  # MatMul + Add: a Gemm
+    g.output(hidden, name="hidden")  # a graph output: its Relu stays a step of its own
+    y = ops.relu(ops.relu(hidden) @ weights[2] + weights[3][0])
+    g.output(y, name="y")
+    graph = g.build()
+    compiled = polyhal.compile(graph, device="cpu")
+    xs = rng.normal(size=(5, 8)).astype(np.float32)
+    xs[0, 0] = np.nan
+    got = compiled(xs)
+    for name, want in run(graph, xs).items():
+        np.testing.assert_array_equal(got[name], want)
+    steps = list(compiled.profiles()[0][1].nodes)
+    assert len(steps) == 3 and steps[2].startswith("gemm_") and "+relu_" in steps[2], steps
+    assert "+" not in steps[0] and steps[1].startswith("relu_"), steps
+
+
 def test_fused_kernels_are_cached_on_disk(tmp_path):
     root = Path(__file__).resolve().parents[2]
     code = ("import numpy as np, polyhal, sys\n"
