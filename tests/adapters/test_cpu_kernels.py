@@ -511,8 +511,8 @@ def test_pools_with_kernels_wider_than_the_input(attrs):
         check("core.AveragePool", [x], count_include_pad=count_include_pad, **attrs)
 
 
-def test_a_pool_kernel_of_two_billion_costs_no_more_than_one_as_wide_as_the_input():
-    """SAME padding lets a model ask for any kernel: one of 2**31 rows must neither loop
+def test_a_pool_kernel_of_2_to_the_62_rows_costs_no_more_than_one_as_wide_as_the_input():
+    """SAME padding lets a model ask for any kernel: one of 2**62 rows must neither loop
     nor allocate per row. Every window then covers all 5 rows, as a kernel of 11 does."""
     x = _with_specials(_data((2, 3, 5, 4)))
     kernels = {"max": FAST_KERNELS["core.MaxPool"], "mean": FAST_KERNELS["core.AveragePool"]}
@@ -524,7 +524,7 @@ def test_a_pool_kernel_of_two_billion_costs_no_more_than_one_as_wide_as_the_inpu
 
     tracemalloc.start()
     try:
-        huge = pools(2**31)
+        huge = pools(2**62)  # beyond int64 as a count of kernel positions
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

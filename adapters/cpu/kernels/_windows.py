@@ -78,17 +78,10 @@ class Windows:
         """Kernel positions (the product of the kernel sizes)."""
         return math.prod(self.kernel)
 
-    def position(self, offset: Sequence[int]) -> int:
-        """The row-major index of kernel position ``offset``."""
-        index = 0
-        for k, size in zip(offset, self.kernel, strict=True):
-            index = index * size + k
-        return index
-
     def coords(self, axis: int, k: int) -> np.ndarray:
         """Input coordinate of every output position of ``axis`` at kernel offset ``k``."""
-        return (np.arange(self.out[axis]) * self.strides[axis] - self.begin[axis]
-                + k * self.dilations[axis])
+        return (np.arange(self.out[axis]) * self.strides[axis]
+                + (k * self.dilations[axis] - self.begin[axis]))  # small, however wide
 
     def pads(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """``(begin, after)``: the padding the offsets read need before and after each

@@ -82,16 +82,6 @@ def max_pool(x: np.ndarray, *, auto_pad: str, ceil_mode: int, dilations: Any,
     count = x.shape[0] * x.shape[1]
     y_planes = y.reshape(count, *win.out)
     i_planes = indices.reshape(count, *win.out)
-    positions = win.positions
-    small = next(t for t in (np.int16, np.int32, np.int64)
-                 if 2 * positions < np.iinfo(t).max)
-    # per kernel position read: its row-major index, and where its input coordinate is
-    # outside the input (padding is never the max's position)
-    zeros = [0] * win.rank
-    taps = []
-    for offset in win.offsets():
-        inside = win.in_bounds(offset, zeros, win.spatial)
-        taps.append((offset, win.position(offset), None if inside is None else ~inside))
     # the flat spatial index: row-major (storage_order 0) or column-major (1) strides
     order = range(win.rank) if storage_order == 0 else reversed(range(win.rank))
     flat_stride = [0] * win.rank
@@ -99,25 +89,39 @@ def max_pool(x: np.ndarray, *, auto_pad: str, ceil_mode: int, dilations: Any,
     for i in reversed(list(order)):
         flat_stride[i] = stride
         stride *= win.spatial[i]
-    base = np.zeros(win.out, dtype=np.int64)  # the flat index of kernel position 0
+    # per kernel position read (row-major, so the first in order is the first in the
+    # kernel): the flat index it reads from the first window (added to ``base``), and
+    # where its input coordinate is outside the input (padding is never the max's
+    # position)
+    zeros = [0] * win.rank
+    taps, moves = [], []
+    for offset in win.offsets():
+        inside = win.in_bounds(offset, zeros, win.spatial)
+        taps.append((offset, None if inside is None else ~inside))
+        moves.append(sum((k * d - b) * f for k, d, b, f in zip(  # Python ints: exact
+            offset, win.dilations, win.begin, flat_stride, strict=True)))
+    move = np.array([*moves, 0], dtype=np.int64)  # the last entry: no position (-1 below)
+    count_taps = len(taps)
+    small = np.int16 if 2 * count_taps < np.iinfo(np.int16).max else np.int32
+    base = np.zeros(win.out, dtype=np.int64)  # each window's start, less the begin pads
     for i in range(win.rank):
         spread = [1] * win.rank
         spread[i] = win.out[i]
-        base = base + ((np.arange(win.out[i], dtype=np.int64) * win.strides[i]
-                        - win.begin[i]) * flat_stride[i]).reshape(spread)
+        base = base + (np.arange(win.out[i], dtype=np.int64) * (win.strides[i]
+                                                                * flat_stride[i])).reshape(spread)
     plane_size = math.prod(win.spatial)
     for start, stop, padded in win.blocks(x, _lowest(x.dtype), BLOCK_BYTES):
         yb = y_planes[start:stop]
         _window_max(win, padded, yb)
         nan = x.dtype.kind == "f" and bool(np.isnan(yb).any())
-        # first[...]: the first kernel position (row-major) in bounds and holding the max
-        # (a NaN counts as the max); >= positions where there is none. Each position
-        # offers itself (k) where it holds the max, positions + k elsewhere.
-        first = np.full(yb.shape, positions, dtype=small)
+        # first[...]: the first position read, in order, that is in bounds and holds
+        # the max (a NaN counts as the max); count_taps where there is none. Position t
+        # offers t where it holds the max, count_taps + t elsewhere.
+        first = np.full(yb.shape, count_taps, dtype=small)
         miss = np.empty(yb.shape, dtype=bool)
         offer = np.empty(yb.shape, dtype=small)
         scratch = np.empty(yb.shape, dtype=bool) if nan else None
-        for offset, k, outside in taps:
+        for t, (offset, outside) in enumerate(taps):
             view = win.at(padded, offset)
             np.not_equal(view, yb, out=miss)
             if scratch is not None:
@@ -125,20 +129,15 @@ def max_pool(x: np.ndarray, *, auto_pad: str, ceil_mode: int, dilations: Any,
                 np.greater(miss, scratch, out=miss)  # miss and not NaN
             if outside is not None:
                 miss |= outside
-            np.multiply(miss, small(positions), out=offer)
-            offer += small(k)
+            np.multiply(miss, small(count_taps), out=offer)
+            offer += small(t)
             np.minimum(first, offer, out=first)
+        np.minimum(first, small(count_taps), out=first)
         ib = i_planes[start:stop]
         np.add(base, (np.arange(start, stop, dtype=np.int64) * plane_size).reshape(
             -1, *[1] * win.rank), out=ib)
-        rest = first
-        for i in reversed(range(win.rank)):  # first = row-major index over the kernel
-            k_i = rest % small(win.kernel[i]) if i else rest
-            if win.kernel[i] > 1:  # a kernel position moves the index by k_i * d_i
-                ib += k_i.astype(np.int64) * (win.dilations[i] * flat_stride[i])
-            if i:
-                rest = rest // small(win.kernel[i])
-        none = first >= positions
+        ib += move[first]
+        none = first == count_taps
         if none.any():
             ib[none] = -1
     return y, indices
