@@ -44,18 +44,28 @@ def bind_inputs(graph: Graph, args: Sequence[Any], kwargs: Mapping[str, Any]
     arrays: dict[str, np.ndarray] = {}
     for value in graph.inputs:
         array = given[value.name]
+        expected = value.type
+        if array is None:
+            raise InputBindingError(f"{_input_where(value.name, expected)}: got None")
         if not isinstance(array, np.ndarray):
             array = np.asarray(array)
-        expected = value.type
         if array.dtype != expected.dtype.numpy:
-            raise InputBindingError(f"{_input_where(value.name, expected)}: got dtype "
-                                    f"{array.dtype}")
+            array = _in_native_order(array, expected, value.name)
         if array.ndim != expected.rank or D.bind_shape(expected.shape, array.shape,
                                                        bindings) is not None:
             check_shape(expected, array.shape, bindings, _input_where(value.name, expected),
                         InputBindingError)
         arrays[value.name] = array
     return arrays, bindings
+
+
+def _in_native_order(array: np.ndarray, expected: TensorType, name: str) -> np.ndarray:
+    """A copy of ``array`` in this machine's byte order when that is all that differs
+    from ``expected``'s dtype (``>f4`` for float32, say); else an InputBindingError."""
+    native = array.dtype.newbyteorder("=")
+    if array.dtype.byteorder not in "=|" and native == expected.dtype.numpy:
+        return array.astype(native)
+    raise InputBindingError(f"{_input_where(name, expected)}: got dtype {array.dtype}")
 
 
 def _input_where(name: str, expected: TensorType) -> str:

@@ -127,3 +127,17 @@ def test_isolated_devices_place_the_same_way():
 def test_arguments_of_the_wrong_kind_are_polyhal_errors(call, message):
     with pytest.raises(PolyhalError, match=message):
         call()
+
+
+def test_inputs_in_the_other_byte_order_are_read_as_their_dtype():
+    g = GraphBuilder("twice")
+    g.output(g.input("x", f32["n"]) * np.float32(2), name="y")
+    compiled = polyhal.compile(g.build(), device="cpu")
+    big_endian = np.array([1.5, -2.0], dtype=">f4")
+    np.testing.assert_array_equal(compiled(big_endian)["y"], [3.0, -4.0])
+    assert big_endian.dtype == np.dtype(">f4")  # the caller's array is left as it was
+    with pytest.raises(InputBindingError, match=r"input 'x' \(expects float32\[n\]\): got "
+                                                r"dtype >f8"):
+        compiled(np.ones(2, dtype=">f8"))
+    with pytest.raises(InputBindingError, match=r"input 'x' \(expects float32\[n\]\): got None"):
+        compiled(None)
