@@ -75,6 +75,11 @@ def to_qasm(circuit: Any) -> str:
         return f"// OpenQASM 3 export failed: {error}"
 
 
+MIN_QPY_VERSION = 13
+"""The oldest QPY version read: versions 12 and older could encode parameter
+expressions as sympy text, which qiskit before 1.4.2 evaluated with ``eval``
+(CVE-2025-2000). Every qiskit polyhal supports (2.0 and newer) writes 13 or newer."""
+
 _LOADED: OrderedDict[str, Any] = OrderedDict()
 _PROGRAMS: OrderedDict[str, Program] = OrderedDict()
 _CACHE_LOCK = Lock()
@@ -111,6 +116,10 @@ def loads(text: str) -> Any:
             data = base64.b64decode(text, validate=True)
         except (binascii.Error, ValueError) as error:
             raise IRError(f"circuit: not base64 text ({error})") from None
+        if data[:6] == b"QISKIT" and len(data) > 6 and data[6] < MIN_QPY_VERSION:
+            raise IRError(f"circuit: QPY version {data[6]} is older than {MIN_QPY_VERSION}; "
+                          "older versions may hold expressions as sympy text, which some "
+                          "qiskit releases evaluate as code, so polyhal does not read them")
         try:
             circuits = qiskit.qpy.load(io.BytesIO(data))
         except Exception as error:  # QPY raises many types on corrupt data

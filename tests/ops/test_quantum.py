@@ -169,6 +169,8 @@ def _build(**override):
 @pytest.mark.parametrize(("override", "message"), [
     ({"circuit": "not base64!"}, "not base64"),
     ({"circuit": base64.b64encode(b"QISKIT garbage").decode()}, "not a readable QPY"),
+    ({"circuit": base64.b64encode(b"QISKIT\x0c\x01\x00\x00" + bytes(8)).decode()},
+     "QPY version 12 is older than 13"),
     ({"observables": ["ZZZ"]}, "acts on 3 qubits, but the circuit has 2"),
     ({"observables": ["ZQ"]}, "cannot parse"),
     ({"observables": ["Z + ZZ"]}, "different lengths"),
