@@ -196,10 +196,10 @@ class PlanBuilder:
         epilogues: dict[str, Epilogue] = {}
         taken: set[str] = set()
         for index, node in enumerate(self.graph.nodes):
-            conv_out = node.outputs[0].name
-            after = consumers.get(conv_out, [])
+            produced = node.outputs[0].name
+            after = consumers.get(produced, [])
             if (node.op not in EPILOGUE_CHAINS or len(after) != 1
-                    or conv_out in graph_outputs or not self._lowers(node)):
+                    or produced in graph_outputs or not self._lowers(node)):
                 continue
             first = after[0]
             if first.name in taken:
@@ -213,11 +213,11 @@ class PlanBuilder:
                 continue
             residual = None
             if ops[0] == "Add":
-                other = [i for i in first.inputs if i != conv_out]
+                other = [i for i in first.inputs if i != produced]
                 # The residual must exist when the Conv runs: made before it (when two
                 # Convs meet in one Add, the later one adds the earlier one's output).
                 if (len(other) != 1 or made_at.get(other[0], -1) > index
-                        or self.graph.value_type(other[0]) != self.graph.value_type(conv_out)):
+                        or self.graph.value_type(other[0]) != self.graph.value_type(produced)):
                     continue
                 residual = other[0]
             epilogues[node.name] = Epilogue(chain, residual, ops[-1] == "Relu")
@@ -366,7 +366,7 @@ class PlanBuilder:
         epilogue = self._epilogue(node)
         result = epilogue.output(node)
         out = self.slot(result.name)
-        zero = result.type.dtype.numpy.type(0)
+        relu, zero = epilogue.relu, result.type.dtype.numpy.type(0)
 
         def make(buffers: list[int | None], scratch: dict[str, int]) -> StepFn:
             buffer = buffers[0]
@@ -380,7 +380,7 @@ class PlanBuilder:
                 if len(ins) == 3:
                     c = env[ins[2]]
                     y += c if beta == 1.0 else c * c.dtype.type(beta)
-                if epilogue.relu:  # the Relu's own expression, in place while y is in cache
+                if relu:  # the Relu's own expression, in place while y is in cache
                     np.maximum(y, zero, out=y)
                 env[out] = y
 

@@ -47,26 +47,24 @@ class Windows:
         self.taps = tuple(self._reaching(i) if pool else range(k)
                           for i, k in enumerate(self.kernel))
         """Per spatial axis, the kernel offsets read: for pools those that reach the
-        input from some output position (a superset, which is harmless), all for Conv."""
+        input from some output position (a superset, which is harmless; one offset
+        when none does, so that every window is still read, as padding), all for Conv."""
         # the padding kept before each axis: as far as the first offset read reaches
-        self.lead = tuple(max(0, b - (t.start * d if t else b))
+        self.lead = tuple(max(0, b - t.start * d)
                           for b, t, d in zip(self.begin, self.taps, self.dilations, strict=True))
 
     def _reaching(self, axis: int) -> range:
         k, s, d = self.kernel[axis], self.strides[axis], self.dilations[axis]
         begin, size, out = self.begin[axis], self.spatial[axis], self.out[axis]
         if out == 0 or size == 0:
-            return range(0)
+            return range(1)
         # offset j reads coordinates j * d - begin + [0, (out - 1) * s]; keep the j
         # whose span meets [0, size)
         first = max(0, -(-(begin - (out - 1) * s) // d))
         last = min(k - 1, (begin + size - 1) // d)
-        return range(first, max(first, last + 1))
-
-    @property
-    def reaches_input(self) -> bool:
-        """Whether any window reads any input position (with a non-empty output)."""
-        return all(self.taps) and all(self.out)
+        if last < first:  # no offset reaches the input
+            first = last = min(first, k - 1)
+        return range(first, last + 1)
 
     @property
     def rank(self) -> int:
@@ -90,7 +88,7 @@ class Windows:
         after = []
         for i, size in enumerate(self.spatial):
             taps = self.taps[i]
-            if self.out[i] == 0 or not taps:
+            if self.out[i] == 0:
                 after.append(0)
                 continue
             reach = ((self.out[i] - 1) * self.strides[i]

@@ -58,8 +58,6 @@ def max_pool_values(x: np.ndarray, *, auto_pad: str, ceil_mode: int, dilations: 
     attrs = {"auto_pad": auto_pad, "ceil_mode": ceil_mode, "dilations": dilations,
              "pads": pads, "strides": strides}
     win = Windows(x.shape[2:], kernel_shape, attrs, pool=True)
-    if not win.reaches_input:  # every window reads padding only
-        return np.full((*x.shape[:2], *win.out), _lowest(x.dtype), dtype=x.dtype)
     y = np.empty((*x.shape[:2], *win.out), dtype=x.dtype)
     planes = y.reshape(x.shape[0] * x.shape[1], *win.out)
     for start, stop, padded in win.blocks(x, _lowest(x.dtype), BLOCK_BYTES):
@@ -75,8 +73,6 @@ def max_pool(x: np.ndarray, *, auto_pad: str, ceil_mode: int, dilations: Any,
              "pads": pads, "strides": strides}
     win = Windows(x.shape[2:], kernel_shape, attrs, pool=True)
     shape = (*x.shape[:2], *win.out)
-    if not win.reaches_input:  # every window reads padding only
-        return np.full(shape, _lowest(x.dtype), dtype=x.dtype), np.full(shape, -1, np.int64)
     y = np.empty(shape, dtype=x.dtype)
     indices = np.empty(shape, dtype=np.int64)
     count = x.shape[0] * x.shape[1]
@@ -157,10 +153,6 @@ def average_pool(x: np.ndarray, *, auto_pad: str, ceil_mode: int, count_include_
         count = win.counts([0] * win.rank, win.spatial)
     divisor = count.astype(x.dtype)  # an empty window: 0 / 0 = NaN (documented)
     y = np.empty((*x.shape[:2], *win.out), dtype=x.dtype)
-    if not win.reaches_input:  # every window reads padding only: a sum of zeros
-        with np.errstate(invalid="ignore"):
-            np.divide(x.dtype.type(0), divisor, out=y)
-        return y
     planes = y.reshape(x.shape[0] * x.shape[1], *win.out)
     for start, stop, padded in win.blocks(x, 0, BLOCK_BYTES):
         yb = planes[start:stop]
