@@ -32,7 +32,7 @@ import queue
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -43,6 +43,9 @@ from polyhal.ir.graph import Graph, Node, Value
 from polyhal.ir.types import TensorType
 from polyhal.ir.verify import resolve_attrs
 from polyhal.ops.registry import get_op
+
+if TYPE_CHECKING:
+    from polyhal.adapters.cpu.kernels.packed_gemm import PackedWeights
 
 UFUNCS: dict[str, Callable[..., Any]] = {
     "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
@@ -344,6 +347,10 @@ class PlanBuilder:
                     follows_layout=True)
 
     def _matmul(self, node: Node) -> Step:
+        packed = self._packed(node)
+        if packed is not None:
+            return self._packed_step(node.name, [self.slot(node.inputs[0])], node.outputs[0],
+                                     packed, relu=False)
         a, b = (self.slot(i) for i in node.inputs)
         out = self.slot(node.outputs[0].name)
 
@@ -365,6 +372,11 @@ class PlanBuilder:
         ins = [self.slot(i) for i in node.inputs if i]
         epilogue = self._epilogue(node)
         result = epilogue.output(node)
+        name = "+".join([node.name] + [n.name for n in epilogue.nodes])
+        if not trans_a and alpha == 1.0 and (len(ins) == 2 or beta == 1.0):
+            packed = self._packed(node, transposed=bool(trans_b))
+            if packed is not None:
+                return self._packed_step(name, ins[:1], result, packed, epilogue.relu)
         out = self.slot(result.name)
         relu, zero = epilogue.relu, result.type.dtype.numpy.type(0)
 
@@ -386,7 +398,52 @@ class PlanBuilder:
 
             return step
 
-        name = "+".join([node.name] + [n.name for n in epilogue.nodes])
+        return Step(name, ins, [out], False, True, make, [result.type])
+
+    def _packed(self, node: Node, transposed: bool = False) -> PackedWeights | None:
+        """``node``'s B (and a Gemm's C) packed for :func:`.packed_gemm.multiply`: when B
+        is a 2-D constant that packs with little padding, C is absent or a constant
+        with one value per column, and A has at most :data:`.packed_gemm.MAX_ROWS`
+        rows; else None."""
+        from polyhal.adapters.cpu.kernels import packed_gemm  # numba: only once plans build
+
+        a_type = self.graph.value_type(node.inputs[0])
+        b = self.graph.constants.get(node.inputs[1])
+        c_name = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+        c = None if c_name is None else self.graph.constants.get(c_name)
+        if (b is None or b.ndim != 2 or not a_type.is_static or a_type.rank == 0
+                or math.prod(int(d) for d in a_type.shape[:-1]) > packed_gemm.MAX_ROWS):
+            return None
+        depth, columns = b.shape[::-1] if transposed else b.shape
+        if not packed_gemm.packs_compactly(depth, columns, b.dtype):
+            return None
+        if c_name is not None and (c is None or c.size not in (1, columns)
+                                   or (c.ndim == 2 and c.shape[0] != 1)):
+            return None  # C varies by row, or is computed
+        return packed_gemm.pack(b, None if c is None else c.reshape(-1), transposed)
+
+    def _packed_step(self, name: str, ins: list[int], result: Value, packed: PackedWeights,
+                     relu: bool) -> Step:
+        """A product of A by packed constant weights (:mod:`.packed_gemm`)."""
+        from polyhal.adapters.cpu.kernels.packed_gemm import multiply
+
+        a = ins[0]
+        out = self.slot(result.name)
+        shape = tuple(int(d) for d in result.type.shape)
+        flat = (math.prod(shape[:-1]), packed.columns)  # rows, columns
+
+        def make(buffers: list[int | None], scratch: dict[str, int]) -> StepFn:
+            buffer = buffers[0]
+
+            def step(env: Env, arena: Arena) -> None:
+                target = arena[buffer] if buffer is not None else np.empty(shape,
+                                                                            packed.bias.dtype)
+                x = env[a]
+                multiply(x.reshape(flat[0], x.shape[-1]), packed, target.reshape(flat), relu)
+                env[out] = target
+
+            return step
+
         return Step(name, ins, [out], False, True, make, [result.type])
 
     def _kernel(self, node: Node) -> Step:
@@ -473,9 +530,13 @@ class PlanBuilder:
         input_slots = [self.slot(v.name) for v in graph.inputs]
         output_slots = [self.slot(v.name) for v in graph.outputs]
         copies = [bool(holds.get(s)) or s in external for s in output_slots]
+        # Only the constants that steps read or that are outputs: a Gemm's packed
+        # weights replace its B, which the plan then does not keep.
+        read = {slot for step in self.steps for slot in step.inputs} | set(output_slots)
         template: list[Any] = [None] * len(self.slots)
         for name, array in graph.constants.items():
-            template[self.slot(name)] = array
+            if self.slot(name) in read:
+                template[self.slot(name)] = array
         return Plan(functions, input_slots, output_slots, copies, template, buffers,
                     [s.name for s in self.steps])
 

@@ -19,7 +19,7 @@ import polyhal
 from polyhal import ops
 from polyhal.adapters.cpu import CpuExecutable, optimize
 from polyhal.adapters.cpu.fusion import cache_dir, find_groups
-from polyhal.adapters.cpu.kernels import conv
+from polyhal.adapters.cpu.kernels import conv, packed_gemm
 from polyhal.adapters.cpu.plan import PlanBuilder
 from polyhal.conformance import run_suite
 from polyhal.hal import CompileOptions, open_device
@@ -78,7 +78,8 @@ def test_profile_reports_each_step_of_the_last_run_by_a_unique_name():
     assert sum(profile.nodes.values()) < elapsed
 
 
-def test_a_relu_after_a_gemm_is_applied_by_the_gemm_step():
+@pytest.mark.parametrize("batch", [5, packed_gemm.MAX_ROWS + 3])  # packed weights; BLAS
+def test_a_relu_after_a_gemm_is_applied_by_the_gemm_step(batch):
     rng = np.random.default_rng(4)
     g = GraphBuilder("mlp")
     x = g.input("x", f32["n", 8])
@@ -89,11 +90,11 @@ def test_a_relu_after_a_gemm_is_applied_by_the_gemm_step():
     g.output(y, name="y")
     graph = g.build()
     compiled = polyhal.compile(graph, device="cpu")
-    xs = rng.normal(size=(5, 8)).astype(np.float32)
+    xs = rng.normal(size=(batch, 8)).astype(np.float32)
     xs[0, 0] = np.nan
     got = compiled(xs)
-    for name, want in run(graph, xs).items():
-        np.testing.assert_array_equal(got[name], want)
+    for name, want in run(graph, xs).items():  # NaN where the reference has NaN
+        np.testing.assert_allclose(got[name], want, rtol=1e-6, atol=1e-6)
     steps = list(compiled.profiles()[0][1].nodes)
     assert len(steps) == 3 and steps[2].startswith("gemm_") and "+relu_" in steps[2], steps
     assert "+" not in steps[0] and steps[1].startswith("relu_"), steps

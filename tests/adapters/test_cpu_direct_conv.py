@@ -13,6 +13,7 @@ import pytest
 
 from polyhal.adapters.cpu import threads as cpu_threads
 from polyhal.adapters.cpu.kernels import direct_conv
+from polyhal.adapters.cpu.kernels.crew import Crew
 
 
 def _problem(seed: int = 0, dtype: type = np.float32
@@ -101,20 +102,20 @@ def test_a_forked_child_convolves_on_its_own_workers(threads):
 
 
 def test_a_workers_error_reaches_the_caller_and_the_crew_goes_on():
-    crew = direct_conv._Crew()
+    workers = Crew()
     ran: list[int] = []
 
     def fail() -> None:
         raise ValueError("from a worker")
 
     with pytest.raises(ValueError, match="from a worker"):
-        crew.run([lambda: ran.append(0), fail])
-    crew.run([lambda: ran.append(1), lambda: ran.append(2)])
+        workers.run([lambda: ran.append(0), fail])
+    workers.run([lambda: ran.append(1), lambda: ran.append(2)])
     assert sorted(ran) == [0, 1, 2]
 
 
 def test_an_interrupted_caller_waits_for_its_workers():
-    crew = direct_conv._Crew()
+    workers = Crew()
     finished = threading.Event()
 
     def slow_worker() -> None:
@@ -125,5 +126,5 @@ def test_an_interrupted_caller_waits_for_its_workers():
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        crew.run([interrupted, slow_worker])
+        workers.run([interrupted, slow_worker])
     assert finished.is_set()  # no worker still writes into what the caller gave up

@@ -16,7 +16,12 @@ edge case (NaN, inf, empty tensors); it never writes its inputs.
   reference on contiguous input), BatchNormalization (inference and
   training), LRN;
 - :mod:`.linalg`: MatMul, Gemm (BLAS without materialized transposes);
-- :mod:`.blas`: an accumulating GEMM on numpy's own OpenBLAS (not a kernel).
+- :mod:`.quant`: ``quant.Requantize`` in int64 arithmetic.
+
+The plan's own lowerings (not kernels of this calling convention) live here
+too: :mod:`.direct_conv` (register-blocked 2-D Conv) and :mod:`.packed_gemm`
+(products of a few rows by constant weights packed once), both micro-kernels
+emitted as LLVM IR (:mod:`.simd`) and split between threads (:mod:`.crew`).
 
 :data:`FAST_KERNELS` maps qualified op names to them. :data:`FIRST_OUTPUT_KERNELS`
 holds cheaper variants that return only the first output, for nodes that do not

@@ -25,16 +25,12 @@ works. For each output row, the input rows its windows read are first copied
 into a small buffer with zero columns where the windows reach past the input's
 edges, so padding is never materialized for the whole input. Rows of output
 pixels are shared between :mod:`polyhal.adapters.cpu.threads` threads
-(:func:`convolve`, :class:`_Crew`); the kernel releases the GIL.
+(:func:`convolve`, :mod:`.crew`); the kernel releases the GIL.
 """
 
 from __future__ import annotations
 
 import functools
-import os
-import queue
-import threading
-from collections.abc import Callable
 from typing import Any
 
 import numba
@@ -45,9 +41,9 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from polyhal.adapters.cpu import threads as cpu_threads
+from polyhal.adapters.cpu.kernels import crew
+from polyhal.adapters.cpu.kernels.simd import VECTOR_BYTES, VectorCodegen
 
-VECTOR_BYTES = 32
-"""Bytes of one SIMD vector (an AVX2 register): 8 float32 or 4 float64 lanes."""
 TILE_PIXELS = 4
 """Adjacent output pixels one micro-kernel call computes."""
 TILE_VECTORS = 2
@@ -64,82 +60,6 @@ def block_channels(dtype: np.dtype) -> int:
     """Output channels one tile covers (its vectors' lanes): filters are padded to a
     multiple of this."""
     return TILE_VECTORS * (VECTOR_BYTES // np.dtype(dtype).itemsize)
-
-
-class _TileCodegen:
-    """LLVM IR helpers over one vector type (``VECTOR_BYTES`` of the array's dtype)."""
-
-    def __init__(self, context: Any, builder: ir.IRBuilder, dtype: types.Float) -> None:
-        self.builder = builder
-        self.width = VECTOR_BYTES * 8 // dtype.bitwidth
-        self.vector = ir.VectorType(context.get_value_type(dtype), self.width)
-        self.i32, self.i64 = ir.IntType(32), ir.IntType(64)
-        suffix = f"v{self.width}f{dtype.bitwidth}"
-        self.fmuladd = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(self.vector, [self.vector] * 3),
-            f"llvm.fmuladd.{suffix}")
-        mask = ir.VectorType(ir.IntType(1), self.width)
-        self.masked_store = cgutils.get_or_insert_function(
-            builder.module,
-            ir.FunctionType(ir.VoidType(), [self.vector, self.vector.as_pointer(), self.i32,
-                                            mask]),
-            f"llvm.masked.store.{suffix}.p0")
-        self.masked_load = cgutils.get_or_insert_function(
-            builder.module,
-            ir.FunctionType(self.vector, [self.vector.as_pointer(), self.i32, mask,
-                                          self.vector]),
-            f"llvm.masked.load.{suffix}.p0")
-
-    def const(self, value: int) -> ir.Constant:
-        return ir.Constant(self.i64, value)
-
-    def add(self, *terms: ir.Value) -> ir.Value:
-        total = terms[0]
-        for term in terms[1:]:
-            total = self.builder.add(total, term)
-        return total
-
-    def mul(self, a: ir.Value, b: ir.Value) -> ir.Value:
-        return self.builder.mul(a, b)
-
-    def vector_at(self, pointer: ir.Value, offset: ir.Value) -> ir.Value:
-        """``pointer + offset`` as a pointer to a vector."""
-        element = self.builder.gep(pointer, [offset], inbounds=True)
-        return self.builder.bitcast(element, self.vector.as_pointer())
-
-    def load_vector(self, pointer: ir.Value, offset: ir.Value) -> ir.Value:
-        return self.builder.load(self.vector_at(pointer, offset), align=1)
-
-    def splat(self, value: ir.Value) -> ir.Value:
-        """A vector of ``width`` copies of ``value``."""
-        zeros = ir.Constant(ir.VectorType(self.i32, self.width), [0] * self.width)
-        first = self.builder.insert_element(ir.Constant(ir.VectorType(value.type, self.width),
-                                                        None), value, ir.Constant(self.i32, 0))
-        return self.builder.shuffle_vector(first, first, zeros)
-
-    def first_lanes(self, count: ir.Value) -> ir.Value:
-        """The mask of the first ``count`` lanes."""
-        lanes = ir.Constant(ir.VectorType(self.i64, self.width), list(range(self.width)))
-        return self.builder.icmp_signed("<", lanes, self.splat(count))
-
-    def load_lanes(self, pointer: ir.Value, offset: ir.Value, count: ir.Value) -> ir.Value:
-        """The first ``count`` values at ``pointer + offset`` (zeros in the other lanes):
-        nothing past them is read."""
-        return self.builder.call(self.masked_load, [
-            self.vector_at(pointer, offset), ir.Constant(self.i32, 1), self.first_lanes(count),
-            ir.Constant(self.vector, None)])
-
-    def store_lanes(self, value: ir.Value, pointer: ir.Value, offset: ir.Value,
-                    count: ir.Value) -> None:
-        """Stores the first ``count`` lanes of ``value`` (all when ``count >= width``)."""
-        builder, target = self.builder, self.vector_at(pointer, offset)
-        whole = builder.icmp_signed(">=", count, self.const(self.width))
-        with builder.if_else(whole) as (full, partial):
-            with full:
-                builder.store(value, target, align=1)
-            with partial:
-                builder.call(self.masked_store, [value, target, ir.Constant(self.i32, 1),
-                                                 self.first_lanes(count)])
 
 
 def _tile_kernel(pixels: int, vectors: int) -> Any:
@@ -174,7 +94,7 @@ def _tile_kernel(pixels: int, vectors: int) -> Any:
             rows_p, filters_p, bias_p, out_p, residual_p = (
                 context.make_array(t)(context, builder, a).data
                 for a, t in zip(args[:5], sig.args[:5], strict=True))
-            ir_ = _TileCodegen(context, builder, sig.args[0].dtype)
+            ir_ = VectorCodegen(context, builder, sig.args[0].dtype)
             width, filter_row = ir_.width, f_steps_[2]
             slots = [[cgutils.alloca_once(builder, ir_.vector) for _ in range(vectors)]
                      for _ in range(pixels)]
@@ -347,69 +267,6 @@ def pack_filters(w: np.ndarray, bias: np.ndarray | None, dtype: np.dtype
     return rows, packed_bias
 
 
-class _Crew:
-    """Worker threads that each take calls from a queue of their own.
-
-    Splitting a Conv takes one queue hand-off per extra thread (about 16 us here,
-    where a ``ThreadPoolExecutor`` future took 40-80 us); the caller runs the first
-    share itself. Safe for concurrent callers: every call brings its own reply
-    queue. After a ``fork`` the child starts a new crew (the parent's threads do
-    not exist there).
-    """
-
-    def __init__(self) -> None:
-        self._inboxes: list[queue.SimpleQueue] = []
-        self._lock = threading.Lock()
-
-    def _inbox(self, index: int) -> queue.SimpleQueue:
-        with self._lock:
-            while len(self._inboxes) <= index:
-                inbox: queue.SimpleQueue = queue.SimpleQueue()
-                threading.Thread(target=self._work, args=(inbox,), daemon=True,
-                                 name=f"polyhal-conv-{len(self._inboxes)}").start()
-                self._inboxes.append(inbox)
-            return self._inboxes[index]
-
-    @staticmethod
-    def _work(inbox: queue.SimpleQueue) -> None:
-        while True:
-            call, replies = inbox.get()
-            try:
-                call()
-                replies.put(None)
-            except BaseException as error:  # handed to the caller, which raises it
-                replies.put(error)
-
-    def run(self, calls: list[Callable[[], None]]) -> None:
-        """Runs ``calls[1:]`` on workers and ``calls[0]`` here; returns when all are
-        done (also after an interrupt, so that no worker writes into a buffer its
-        caller has given up), raising the first error."""
-        replies: queue.SimpleQueue = queue.SimpleQueue()
-        for index, call in enumerate(calls[1:]):
-            self._inbox(index).put((call, replies))
-        errors: list[BaseException] = []
-        try:
-            calls[0]()
-        except BaseException as error:
-            errors.append(error)
-        pending = len(calls) - 1
-        while pending:  # even when interrupted: workers may still be writing the output
-            try:
-                reply = replies.get()
-            except BaseException as error:  # a KeyboardInterrupt while waiting
-                errors.append(error)
-                continue
-            pending -= 1
-            if reply is not None:
-                errors.append(reply)
-        if errors:
-            raise errors[0]
-
-
-_crew = _Crew()
-os.register_at_fork(after_in_child=lambda: globals().update(_crew=_Crew()))
-
-
 def convolve(x: np.ndarray, filters: tuple[np.ndarray, np.ndarray], out: np.ndarray,
              kernel: tuple[int, int], strides: tuple[int, int], dilations: tuple[int, int],
              begin: tuple[int, int], relu: bool, residual: np.ndarray | None = None) -> None:
@@ -443,6 +300,6 @@ def convolve(x: np.ndarray, filters: tuple[np.ndarray, np.ndarray], out: np.ndar
     # down (a busy core, a preempted vCPU) takes fewer of them.
     chunk = max(1, total // (threads * CHUNKS_PER_THREAD))
     counter = np.zeros(1, np.int64)
-    _crew.run([functools.partial(_rows, *arguments, counter, chunk, geometry, steps,
+    crew.run([functools.partial(_rows, *arguments, counter, chunk, geometry, steps,
                                  residual is not None, relu)
                for _ in range(threads)])

@@ -1,0 +1,95 @@
+"""LLVM IR helpers for the CPU adapter's register-blocked micro-kernels.
+
+The micro-kernels (:mod:`.direct_conv`, :mod:`.packed_gemm`) are numba
+intrinsics that emit LLVM IR over vector types of :data:`VECTOR_BYTES`, so that
+their accumulators stay in registers (numba's own loop vectorizer cannot be
+relied on to do that). The IR is target-independent; the register budgets of
+the tiles are sized for AVX2 (16 vector registers).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+
+VECTOR_BYTES = 32
+"""Bytes of one SIMD vector (an AVX2 register): 8 float32 or 4 float64 lanes."""
+
+
+class VectorCodegen:
+    """LLVM IR helpers over one vector type (``VECTOR_BYTES`` of the array's dtype)."""
+
+    def __init__(self, context: Any, builder: ir.IRBuilder, dtype: types.Float) -> None:
+        self.builder = builder
+        self.width = VECTOR_BYTES * 8 // dtype.bitwidth
+        self.vector = ir.VectorType(context.get_value_type(dtype), self.width)
+        self.i32, self.i64 = ir.IntType(32), ir.IntType(64)
+        suffix = f"v{self.width}f{dtype.bitwidth}"
+        self.fmuladd = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(self.vector, [self.vector] * 3),
+            f"llvm.fmuladd.{suffix}")
+        mask = ir.VectorType(ir.IntType(1), self.width)
+        self.masked_store = cgutils.get_or_insert_function(
+            builder.module,
+            ir.FunctionType(ir.VoidType(), [self.vector, self.vector.as_pointer(), self.i32,
+                                            mask]),
+            f"llvm.masked.store.{suffix}.p0")
+        self.masked_load = cgutils.get_or_insert_function(
+            builder.module,
+            ir.FunctionType(self.vector, [self.vector.as_pointer(), self.i32, mask,
+                                          self.vector]),
+            f"llvm.masked.load.{suffix}.p0")
+
+    def const(self, value: int) -> ir.Constant:
+        return ir.Constant(self.i64, value)
+
+    def add(self, *terms: ir.Value) -> ir.Value:
+        total = terms[0]
+        for term in terms[1:]:
+            total = self.builder.add(total, term)
+        return total
+
+    def mul(self, a: ir.Value, b: ir.Value) -> ir.Value:
+        return self.builder.mul(a, b)
+
+    def vector_at(self, pointer: ir.Value, offset: ir.Value) -> ir.Value:
+        """``pointer + offset`` as a pointer to a vector."""
+        element = self.builder.gep(pointer, [offset], inbounds=True)
+        return self.builder.bitcast(element, self.vector.as_pointer())
+
+    def load_vector(self, pointer: ir.Value, offset: ir.Value) -> ir.Value:
+        return self.builder.load(self.vector_at(pointer, offset), align=1)
+
+    def splat(self, value: ir.Value) -> ir.Value:
+        """A vector of ``width`` copies of ``value``."""
+        zeros = ir.Constant(ir.VectorType(self.i32, self.width), [0] * self.width)
+        first = self.builder.insert_element(ir.Constant(ir.VectorType(value.type, self.width),
+                                                        None), value, ir.Constant(self.i32, 0))
+        return self.builder.shuffle_vector(first, first, zeros)
+
+    def first_lanes(self, count: ir.Value) -> ir.Value:
+        """The mask of the first ``count`` lanes."""
+        lanes = ir.Constant(ir.VectorType(self.i64, self.width), list(range(self.width)))
+        return self.builder.icmp_signed("<", lanes, self.splat(count))
+
+    def load_lanes(self, pointer: ir.Value, offset: ir.Value, count: ir.Value) -> ir.Value:
+        """The first ``count`` values at ``pointer + offset`` (zeros in the other lanes):
+        nothing past them is read."""
+        return self.builder.call(self.masked_load, [
+            self.vector_at(pointer, offset), ir.Constant(self.i32, 1), self.first_lanes(count),
+            ir.Constant(self.vector, None)])
+
+    def store_lanes(self, value: ir.Value, pointer: ir.Value, offset: ir.Value,
+                    count: ir.Value) -> None:
+        """Stores the first ``count`` lanes of ``value`` (all when ``count >= width``)."""
+        builder, target = self.builder, self.vector_at(pointer, offset)
+        whole = builder.icmp_signed(">=", count, self.const(self.width))
+        with builder.if_else(whole) as (full, partial):
+            with full:
+                builder.store(value, target, align=1)
+            with partial:
+                builder.call(self.masked_store, [value, target, ir.Constant(self.i32, 1),
+                                                 self.first_lanes(count)])

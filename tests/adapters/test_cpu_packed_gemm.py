@@ -1,0 +1,166 @@
+"""The packed-weights GEMM: every tile remainder, panel edge, bias shape and dtype
+against a float64 product; NaN and inf; nothing written past the output; the same
+bits on any thread count; and the plan's use of it for Gemm and MatMul nodes whose
+weights are constants, compared with the reference."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import polyhal
+from polyhal import ops
+from polyhal.adapters.cpu import threads as cpu_threads
+from polyhal.adapters.cpu.kernels import packed_gemm
+from polyhal.hal import CompileOptions, open_device
+from polyhal.ir import GraphBuilder, f32, f64
+from polyhal.reference import run
+
+
+def _expected(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, relu: bool
+              ) -> np.ndarray:
+    y = a.astype(np.float64) @ b.astype(np.float64)
+    if bias is not None:
+        y = y + bias.astype(np.float64)
+    return np.maximum(y, 0) if relu else y
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rows", [0, 1, 2, 3, 4, 5, 7, 9])
+@pytest.mark.parametrize("columns", [1, 11, 12, 13, 24, 25, 49])
+def test_the_product_matches_float64_for_every_tile_and_panel_edge(dtype, rows, columns):
+    rng = np.random.default_rng(rows * 100 + columns)
+    for depth, transposed, bias_shape, relu in itertools.product(
+            (0, 1, 19), (False, True), (None, (), (1,), (columns,)), (False, True)):
+        a = rng.normal(size=(rows, depth)).astype(dtype)
+        b = rng.normal(size=(depth, columns)).astype(dtype)
+        bias = None if bias_shape is None else rng.normal(size=bias_shape).astype(dtype)
+        weights = packed_gemm.pack(np.ascontiguousarray(b.T) if transposed else b, bias,
+                                   transposed)
+        out = packed_gemm.multiply(a, weights, np.empty((rows, columns), dtype), relu)
+        tolerance = 1e-5 if dtype == np.float32 else 1e-12
+        np.testing.assert_allclose(out, _expected(a, b, bias, relu), rtol=tolerance,
+                                   atol=tolerance, err_msg=f"{depth=} {transposed=} "
+                                   f"{bias_shape=} {relu=}")
+
+
+def test_nan_and_inf_propagate_and_nothing_past_the_output_is_written():
+    rng = np.random.default_rng(1)
+    rows, depth, columns = 6, 5, 13
+    a = rng.normal(size=(rows, depth)).astype(np.float32)
+    b = rng.normal(size=(depth, columns)).astype(np.float32)
+    a[0, 1] = np.nan
+    a[1, 2] = np.inf
+    b[3, 4] = -np.inf
+    memory = np.full(rows * columns + 64, 7.0, np.float32)
+    out = memory[:rows * columns].reshape(rows, columns)
+    packed_gemm.multiply(a, packed_gemm.pack(b), out, relu=True)
+    with np.errstate(invalid="ignore"):
+        want = np.maximum(a.astype(np.float64) @ b, 0)  # NaN stays NaN through the Relu
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+    assert np.isnan(out[0]).all() and np.isinf(out).any()
+    assert (memory[rows * columns:] == 7.0).all()
+
+
+def test_the_operands_must_fit_and_empty_products_are_bias_or_nothing():
+    weights = packed_gemm.pack(np.ones((3, 4), np.float32), np.arange(4, dtype=np.float32))
+    with pytest.raises(ValueError, match=r"\[2, 5\] @ \[3, 4\]"):
+        packed_gemm.multiply(np.ones((2, 5), np.float32), weights, np.empty((2, 4), np.float32))
+    empty = packed_gemm.pack(np.ones((0, 4), np.float32), np.arange(4, dtype=np.float32))
+    out = packed_gemm.multiply(np.ones((2, 0), np.float32), empty, np.empty((2, 4), np.float32))
+    np.testing.assert_array_equal(out, [[0, 1, 2, 3]] * 2)
+
+
+def test_any_thread_count_gives_the_same_bits(monkeypatch):
+    monkeypatch.setattr(packed_gemm, "MIN_WORK_PER_THREAD", 1)
+    rng = np.random.default_rng(2)
+    a = rng.normal(size=(7, 40)).astype(np.float32)
+    weights = packed_gemm.pack(rng.normal(size=(40, 100)).astype(np.float32))
+    results = []
+    try:
+        for count in (1, 2, 3, 5):
+            cpu_threads.set_count(count)
+            results.append(packed_gemm.multiply(a, weights, np.empty((7, 100), np.float32)))
+    finally:
+        cpu_threads.set_count(cpu_threads.available())
+    for result in results[1:]:
+        np.testing.assert_array_equal(result, results[0])  # each panel: one thread, one order
+
+
+def _gemm_graph(rows: int, dtype, trans_b: int, c_shape: tuple[int, ...] | None,
+                alpha: float, beta: float, c_constant: bool = True):
+    rng = np.random.default_rng(3)
+    numpy_dtype = np.dtype(dtype.numpy)
+    g = GraphBuilder("gemm")
+    x = g.input("x", dtype[rows, 6])
+    w = g.constant(rng.normal(size=(5, 6) if trans_b else (6, 5)).astype(numpy_dtype), "w")
+    inputs = [x, w]
+    if c_shape is not None:
+        inputs.append(g.constant(rng.normal(size=c_shape).astype(numpy_dtype), "c")
+                      if c_constant else g.input("c", dtype[c_shape]))
+    y = g.op("Gemm", *inputs, alpha=alpha, beta=beta, transB=trans_b)
+    g.output(ops.relu(y), name="y")
+    return g.build()
+
+
+@pytest.mark.parametrize("rows", [1, 4, packed_gemm.MAX_ROWS, packed_gemm.MAX_ROWS + 1])
+@pytest.mark.parametrize("trans_b", [0, 1])
+@pytest.mark.parametrize("c_shape", [None, (), (1,), (5,), (1, 5), (3, 5), (3, 1)])
+@pytest.mark.parametrize("alpha_beta", [(1.0, 1.0), (2.0, 1.0), (1.0, 0.5)])
+def test_gemms_on_constant_weights_match_the_reference(rows, trans_b, c_shape, alpha_beta):
+    if c_shape is not None and len(c_shape) == 2 and c_shape[0] == 3:
+        c_shape = (rows, c_shape[1])  # C varying by row
+    graph = _gemm_graph(rows, f32, trans_b, c_shape, *alpha_beta)
+    x = np.random.default_rng(4).normal(size=(rows, 6)).astype(np.float32)
+    got = polyhal.compile(graph, device="cpu")(x)["y"]
+    np.testing.assert_allclose(got, run(graph, x)["y"], rtol=1e-6, atol=1e-6)
+
+
+def test_packed_weights_are_used_where_they_apply(monkeypatch):
+    calls: list[tuple[int, ...]] = []
+    multiply = packed_gemm.multiply
+
+    def counted(a, weights, out, relu=False):
+        calls.append(a.shape)
+        return multiply(a, weights, out, relu)
+
+    monkeypatch.setattr(packed_gemm, "multiply", counted)
+    rng = np.random.default_rng(5)
+    cases = {  # graph -> the input's shape, and whether its product is packed
+        _gemm_graph(2, f64, 1, (5,), 1.0, 1.0): ((2, 6), True),
+        _gemm_graph(packed_gemm.MAX_ROWS + 1, f32, 0, (5,), 1.0, 1.0): ((33, 6), False),
+        _gemm_graph(2, f32, 0, (5,), 2.0, 1.0): ((2, 6), False),  # alpha scales the product
+        _gemm_graph(2, f32, 0, (2, 5), 1.0, 1.0): ((2, 6), False),  # C varies by row
+        _gemm_graph(2, f32, 0, (5,), 1.0, 1.0, c_constant=False): ((2, 6), False),
+    }
+    for shape in ((2, 3, 6), (6,)):  # MatMul: batch axes folded into rows; a vector
+        g = GraphBuilder("matmul")
+        x = g.input("x", f32[shape])
+        g.output(x @ g.constant(rng.normal(size=(6, 4)).astype(np.float32), "w"), name="y")
+        cases[g.build()] = (shape, True)
+    for graph, (shape, packed) in cases.items():
+        calls.clear()
+        inputs = [rng.normal(size=shape).astype(graph.inputs[0].type.dtype.numpy)]
+        if len(graph.inputs) == 2:
+            inputs.append(rng.normal(size=(5,)).astype(np.float32))
+        got = polyhal.compile(graph, device="cpu")(*inputs)["y"]
+        np.testing.assert_allclose(got, run(graph, *inputs)["y"], rtol=1e-6, atol=1e-6)
+        assert bool(calls) == packed, (graph.name, shape, calls)
+
+
+def test_a_plan_keeps_packed_weights_instead_of_the_constant():
+    def constants_kept(rows: int) -> list[tuple[int, ...]]:
+        graph = _gemm_graph(rows, f32, 0, (5,), 1.0, 1.0)
+        plan = open_device("cpu").compile(graph, CompileOptions()).inner.plan_for(((rows, 6),))
+        return sorted(a.shape for a in plan.template if isinstance(a, np.ndarray))
+
+    assert constants_kept(3) == []
+    assert constants_kept(packed_gemm.MAX_ROWS + 1) == [(5,), (6, 5)]  # BLAS reads them
+
+
+def test_only_operands_that_pack_without_much_padding_are_packed():
+    assert packed_gemm.packs_compactly(784, 10, np.dtype(np.float32))  # 2.4x: small
+    assert packed_gemm.packs_compactly(10**6, 24, np.dtype(np.float32))  # no padding
+    assert not packed_gemm.packs_compactly(10**8, 1, np.dtype(np.float32))  # 24x of 400 MB
