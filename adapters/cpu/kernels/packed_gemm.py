@@ -46,8 +46,8 @@ TILE_ROWS = 4
 """Rows of ``A`` one micro-kernel call computes."""
 TILE_VECTORS = 3
 """SIMD vectors of columns per row: 4 x 3 accumulators, three panel vectors and a
-broadcast fill the 16 AVX2 registers (tiles of 3 x 4, 2 x 4 and 6 x 2 were
-measured slower at 4 and 8 rows)."""
+broadcast fill the 16 AVX2 registers (tiles of 4 x 2, 6 x 2, 3 x 3 and 3 x 4
+rows x vectors were no faster at 4 rows and slower at 8)."""
 MAX_ROWS = 32
 """Rows of ``A`` up to which the plan uses :func:`multiply` instead of BLAS (measured
 with 2 threads: 1.1-2x faster than OpenBLAS at 32 rows, 0.8x at 64)."""
