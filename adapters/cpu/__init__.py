@@ -19,7 +19,7 @@ from functools import cache
 from typing import Any
 
 from polyhal.adapters.cpu import threads as cpu_threads
-from polyhal.adapters.cpu.plan import Plan, PlanBuilder
+from polyhal.adapters.cpu.plan import PackCache, Plan, PlanBuilder
 from polyhal.errors import UnsupportedError
 from polyhal.hal import (
     Adapter,
@@ -60,6 +60,7 @@ class CpuExecutable(Executable):
         self.device = device
         self.graph = graph
         self._plans: dict[tuple[tuple[int, ...], ...], Plan] = {}
+        self._packs: PackCache = {}
         self._lock = threading.Lock()
         self._last_plan: Plan | None = None
 
@@ -71,7 +72,7 @@ class CpuExecutable(Executable):
                 plan = self._plans.get(shapes)
                 if plan is None:
                     concrete = optimize(specialize_to(self.graph, shapes))
-                    plan = PlanBuilder(concrete).build()
+                    plan = PlanBuilder(concrete, self._packs).build()
                     self._plans[shapes] = plan
         return plan
 

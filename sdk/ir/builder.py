@@ -21,7 +21,7 @@ import numpy as np
 
 from polyhal.errors import IRError, VerificationError
 from polyhal.ir.dtypes import DType
-from polyhal.ir.graph import Graph, Node, Value, freeze_attr
+from polyhal.ir.graph import Graph, Node, Value, freeze_array, freeze_attr
 from polyhal.ir.limits import current_limits
 from polyhal.ir.types import TensorType
 from polyhal.ir.verify import check_arity, constant_value, infer_node, resolve_attrs
@@ -129,14 +129,14 @@ class GraphBuilder:
         return self._claim(name, type)
 
     def constant(self, value: Any, name: str | None = None, dtype: DType | None = None) -> Var:
-        """A constant (an initializer) holding a copy of ``value``."""
+        """A constant (an initializer) holding a read-only copy of ``value`` (an array
+        that is already read-only, such as another graph's constant, is shared)."""
         array = np.asarray(value, dtype=dtype.numpy if dtype else None)
         if dtype is None and array.dtype == np.float64 and not isinstance(value, np.ndarray):
             array = array.astype(np.float32)
         name = name or self._unique("const")
         var = self._claim(name, TensorType.of(array, f"constant {name!r}"))
-        frozen = np.array(array, copy=True)
-        frozen.flags.writeable = False
+        frozen = freeze_array(array, f"constant {name!r}")
         self._constants[name] = frozen
         self._const_values[name] = frozen
         return var

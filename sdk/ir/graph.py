@@ -59,14 +59,25 @@ def freeze_attr(value: Any, where: str) -> AttrValue:
 
 
 def freeze_array(array: np.ndarray, where: str) -> np.ndarray:
-    """A read-only array with a polyhal dtype, copied unless already read-only."""
+    """A read-only C-contiguous array with a polyhal dtype: ``array`` itself when it
+    is one and no writeable array it views could change it (so graphs rebuilt from
+    a graph share its constants), else a read-only copy."""
     if not isinstance(array, np.ndarray):
         raise VerificationError(f"{where}: expected a numpy array, got {type(array).__name__}")
     DType.from_numpy(array.dtype, where)
-    if array.flags.writeable or not array.flags.c_contiguous:
+    if not array.flags.c_contiguous or _writeable_through(array):
         array = np.array(array, order="C")
         array.flags.writeable = False
     return array
+
+
+def _writeable_through(array: np.ndarray) -> bool:
+    """True when ``array``, or an array it is a view of, is writeable."""
+    while isinstance(array, np.ndarray):
+        if array.flags.writeable:
+            return True
+        array = array.base
+    return False
 
 
 @dataclass(frozen=True)

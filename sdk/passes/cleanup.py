@@ -3,6 +3,7 @@ elimination. Each returns a new graph and leaves its input untouched."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import numpy as np
@@ -79,8 +80,20 @@ def _key(node: Node, rename: dict[str, str]) -> tuple[Any, ...]:
 
 def _hashable(value: Any) -> Any:
     if isinstance(value, np.ndarray):
-        return ("array", str(value.dtype), value.shape, value.tobytes())
+        return _content(value)
     return value
+
+
+def _content(array: np.ndarray) -> tuple[Any, ...]:
+    """A key equal for arrays of equal dtype, shape and bytes: a digest of the bytes,
+    so that CSE holds no copy of a model's weights (``tobytes`` would copy them)."""
+    data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    return ("array", str(array.dtype), array.shape,
+            hashlib.blake2b(data, digest_size=32).digest())
+
+
+def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
+    return bool(np.array_equal(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8)))
 
 
 def eliminate_common_subexpressions(graph: Graph) -> Graph:
@@ -92,8 +105,8 @@ def eliminate_common_subexpressions(graph: Graph) -> Graph:
     by_content: dict[tuple[Any, ...], str] = {}
     constants: dict[str, np.ndarray] = {}
     for name, array in graph.constants.items():
-        key = ("const", str(array.dtype), array.shape, array.tobytes())
-        if key in by_content:
+        key = _content(array)
+        if key in by_content and _same_bytes(array, graph.constants[by_content[key]]):
             rename[name] = by_content[key]
         else:
             by_content[key] = name

@@ -66,18 +66,26 @@ class CompiledGraph:
         self.graph = decompose_for(graph, usable[0])
         self.placement: Placement = place(self.graph, addresses, usable)
         self.stats = RunStats()
-        self._cache: dict[tuple[int, tuple[TensorType, ...]], Executable] = {}
+        self._dynamic = [self.devices[part.device].capabilities.dynamic_shapes
+                         for part in self.placement.partitions]
+        self._cache: dict[tuple[int, tuple[TensorType, ...] | None], Executable] = {}
         self._last: list[tuple[str, Executable]] = []
         self._lock = threading.Lock()
 
     def _executable(self, index: int, part: Partition, types: tuple[TensorType, ...]
                     ) -> Executable:
-        key = (index, types)
+        """Partition ``index``'s executable: one for every input shape on a device with
+        ``dynamic_shapes`` (its executable specializes as it needs, and keeps what it
+        builds across shapes), else one per concrete input types."""
+        key = (index, None if self._dynamic[index] else types)
+        executable = self._cache.get(key)
+        if executable is not None:
+            return executable
         with self._lock:
             if key not in self._cache:
                 device = self.devices[part.device]
                 graph = part.graph
-                if not device.capabilities.dynamic_shapes:
+                if not self._dynamic[index]:
                     bindings: dict[str, int] = {}
                     for value, t in zip(graph.inputs, types, strict=True):
                         for dim, size in zip(value.type.shape, t.shape, strict=True):

@@ -6,6 +6,7 @@ weights are constants, compared with the reference."""
 from __future__ import annotations
 
 import itertools
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -164,3 +165,24 @@ def test_only_operands_that_pack_without_much_padding_are_packed():
     assert packed_gemm.packs_compactly(784, 10, np.dtype(np.float32))  # 2.4x: small
     assert packed_gemm.packs_compactly(10**6, 24, np.dtype(np.float32))  # no padding
     assert not packed_gemm.packs_compactly(10**8, 1, np.dtype(np.float32))  # 24x of 400 MB
+
+
+def test_a_new_batch_size_packs_no_new_copy_of_the_weights():
+    rng = np.random.default_rng(6)
+    g = GraphBuilder("mlp")
+    x = g.input("x", f32["n", 512])
+    weights = [rng.normal(0, 512**-0.5, (512, 512)).astype(np.float32) for _ in range(2)]
+    g.output(ops.relu(x @ g.constant(weights[0])) @ g.constant(weights[1]), name="y")
+    graph = g.build()  # 2 MiB of weights
+    compiled = polyhal.compile(graph, device="cpu")
+    compiled(np.ones((1, 512), np.float32))
+    tracemalloc.start()
+    try:
+        for rows in (2, 3, packed_gemm.MAX_ROWS + 1):  # packed, packed, BLAS
+            xs = rng.normal(size=(rows, 512)).astype(np.float32)
+            np.testing.assert_allclose(compiled(xs)["y"], run(graph, xs)["y"], rtol=1e-5,
+                                       atol=1e-5)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20, f"{peak / 2**20:.1f} MiB allocated: the weights were copied"

@@ -8,6 +8,7 @@ import pytest
 from polyhal import ops
 from polyhal.errors import ExecutionError, InputBindingError, VerificationError
 from polyhal.ir import DType, Graph, GraphBuilder, Node, TensorType, Value, f16, f32, i32
+from polyhal.passes import FUSION_RULES, apply_rules, simplify, specialize_to
 from polyhal.reference import ReferenceExecutor, run
 
 
@@ -49,6 +50,27 @@ def test_constant_is_copied_from_user_array():
     graph = g.build()
     array[:] = 5
     assert run(graph, np.zeros(3, np.float32))[graph.outputs[0].name].tolist() == [1, 1, 1]
+
+
+def test_read_only_constants_are_shared_and_views_of_writeable_arrays_copied():
+    shared = np.ones(3, np.float32)
+    shared.flags.writeable = False
+    base = np.ones(6, np.float32)
+    view = base[:3]
+    view.flags.writeable = False  # still changes with base
+    g = GraphBuilder()
+    x = g.input("x", f32["n", 3])
+    g.output(x + g.constant(shared, name="a") + g.constant(view, name="b"), name="y")
+    graph = g.build()
+    assert graph.constants["a"] is shared
+    base[:] = 5
+    assert graph.constants["b"].tolist() == [1, 1, 1]
+    # Graphs that passes derive from it hold the same arrays, not copies.
+    specialized = apply_rules(simplify(specialize_to(graph, [(2, 3)])), FUSION_RULES)
+    assert all(any(a is b for b in graph.constants.values())
+               for a in specialized.constants.values())
+    assert Graph("g", graph.inputs, graph.outputs, graph.nodes,
+                 dict(graph.constants)).constants["b"] is graph.constants["b"]
 
 
 def test_replace_reverifies():

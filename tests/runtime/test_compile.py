@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 import polyhal
 import polyhal.train
 from polyhal import ops
+from polyhal.adapters.template import TemplateAdapter, TemplateDevice
 from polyhal.errors import InputBindingError, PolyhalError, UnsupportedError
+from polyhal.hal import Capabilities, CompileOptions, Executable
 from polyhal.interop.loading import load_model
 from polyhal.ir import Graph, GraphBuilder, f32, f64
 from polyhal.reference import run
@@ -80,12 +84,36 @@ def test_dtype_not_claimed_falls_back():
     np.testing.assert_array_equal(compiled(np.array([1, 2, 3], np.int32))["y"], [2, 4, 6])
 
 
-def test_executables_are_cached_per_shape_binding():
-    compiled = polyhal.compile(mixed_graph(), device="template", fallback="reference")
-    for rows in (1, 2, 1, 2, 3):
-        compiled(np.ones((rows, 5), np.float32))
-    assert compiled.stats.compiles == 3 * len(compiled.placement.partitions)
-    assert compiled.stats.runs == 5
+class StaticShapeDevice(TemplateDevice):
+    """The template device, declaring that it compiles only concrete shapes."""
+
+    def __init__(self) -> None:
+        self.adapter = TemplateAdapter()
+        self.compiled: list[Graph] = []
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return dataclasses.replace(super().capabilities, dynamic_shapes=False)
+
+    def compile(self, graph: Graph, options: CompileOptions) -> Executable:
+        self.compiled.append(graph)
+        return super().compile(graph, options)
+
+
+def test_executables_are_cached_per_shape_binding_only_without_dynamic_shapes():
+    static = StaticShapeDevice()
+    for device, per_shape in (("template", False), (static, True)):
+        compiled = polyhal.compile(mixed_graph(), device=device, fallback="reference")
+        for rows in (1, 2, 1, 2, 3):
+            x = np.random.default_rng(rows).normal(size=(rows, 5)).astype(np.float32)
+            np.testing.assert_allclose(compiled(x)["y"], run(mixed_graph(), x)["y"], rtol=1e-6)
+        partitions = compiled.placement.partitions
+        on_template = sum(p.device == "template:0" for p in partitions)
+        # reference (dynamic shapes) compiles each of its partitions once
+        assert compiled.stats.compiles == len(partitions) + (2 * on_template if per_shape else 0)
+        assert compiled.stats.runs == 5
+    assert len(static.compiled) == 3 * on_template
+    assert all(v.type.is_static for g in static.compiled for v in g.inputs)
 
 
 def test_inputs_are_checked():
