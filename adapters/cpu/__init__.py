@@ -48,6 +48,12 @@ def cpu_capabilities() -> Capabilities:
                         tags=frozenset({"training", "fused", "blas"}))
 
 
+MAX_PLANS = 64
+"""Plans one executable keeps, one per input-shape binding: beyond that the oldest is
+dropped (and built again if its shapes come back), so a server fed every batch
+size from 1 to 1000 does not keep 1000 arenas."""
+
+
 def optimize(graph: Graph) -> Graph:
     """The CPU pipeline's graph passes."""
     return apply_rules(simplify(graph), FUSION_RULES)
@@ -65,7 +71,8 @@ class CpuExecutable(Executable):
         self._last_plan: Plan | None = None
 
     def plan_for(self, shapes: tuple[tuple[int, ...], ...]) -> Plan:
-        """The plan of one shape binding (built and cached on first use)."""
+        """The plan of one shape binding (built on first use; the last
+        :data:`MAX_PLANS` are kept)."""
         plan = self._plans.get(shapes)
         if plan is None:
             with self._lock:
@@ -73,6 +80,8 @@ class CpuExecutable(Executable):
                 if plan is None:
                     concrete = optimize(specialize_to(self.graph, shapes))
                     plan = PlanBuilder(concrete, self._packs).build()
+                    if len(self._plans) >= MAX_PLANS:
+                        del self._plans[next(iter(self._plans))]
                     self._plans[shapes] = plan
         return plan
 

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 import polyhal
 from polyhal import ops
+from polyhal.adapters import cpu as cpu_adapter
 from polyhal.adapters.cpu import CpuExecutable, optimize
 from polyhal.adapters.cpu.fusion import cache_dir, find_groups
 from polyhal.adapters.cpu.kernels import conv, packed_gemm
@@ -278,6 +279,18 @@ def test_plans_are_cached_per_shape_and_threads_are_safe():
         t.join()
     assert not errors
     assert len(inner._plans) == 3
+
+
+def test_only_the_last_plans_are_kept_and_a_dropped_one_is_built_again(monkeypatch):
+    monkeypatch.setattr(cpu_adapter, "MAX_PLANS", 3)
+    graph = _chain()
+    executable = open_device("cpu").compile(graph, CompileOptions()).inner
+    for rows in (1, 2, 3, 4, 5, 1):
+        x = np.random.default_rng(rows).normal(size=(rows, 8)).astype(np.float32)
+        plan = executable.plan_for(((rows, 8),))
+        np.testing.assert_allclose(plan.execute([x])[0], run(graph, x)["y"], rtol=1e-5,
+                                   atol=1e-6)
+    assert list(executable._plans) == [((4, 8),), ((5, 8),), ((1, 8),)]
 
 
 def test_low_precision_and_options():
