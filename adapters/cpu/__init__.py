@@ -19,7 +19,7 @@ from functools import cache
 from typing import Any
 
 from polyhal.adapters.cpu import threads as cpu_threads
-from polyhal.adapters.cpu.plan import PackCache, Plan, PlanBuilder
+from polyhal.adapters.cpu.plan import Plan, PlanBuilder
 from polyhal.errors import UnsupportedError
 from polyhal.hal import (
     Adapter,
@@ -31,6 +31,7 @@ from polyhal.hal import (
     Executable,
     Profile,
 )
+from polyhal.hal.derived import DerivedConstants
 from polyhal.hal.host import HostMemoryDevice, check_single_device
 from polyhal.ir import Graph, TensorType
 from polyhal.ops import all_ops
@@ -66,7 +67,7 @@ class CpuExecutable(Executable):
         self.device = device
         self.graph = graph
         self._plans: dict[tuple[tuple[int, ...], ...], Plan] = {}
-        self._packs: PackCache = {}
+        self._derived = DerivedConstants(graph)
         self._lock = threading.Lock()
         self._last_plan: Plan | None = None
 
@@ -79,7 +80,7 @@ class CpuExecutable(Executable):
                 plan = self._plans.get(shapes)
                 if plan is None:
                     concrete = optimize(specialize_to(self.graph, shapes))
-                    plan = PlanBuilder(concrete, self._packs).build()
+                    plan = PlanBuilder(concrete, self._derived).build()
                     if len(self._plans) >= MAX_PLANS:
                         del self._plans[next(iter(self._plans))]
                     self._plans[shapes] = plan

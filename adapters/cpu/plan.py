@@ -39,6 +39,7 @@ import numpy as np
 from polyhal.adapters.cpu.fusion import FusionGroup, find_groups, fused_step
 from polyhal.adapters.cpu.kernels import FAST_KERNELS, linalg
 from polyhal.adapters.cpu.kernels.conv import Conv2dLowering
+from polyhal.hal.derived import DerivedConstants
 from polyhal.ir.graph import Graph, Node, Value
 from polyhal.ir.types import TensorType
 from polyhal.ir.verify import resolve_attrs
@@ -46,10 +47,6 @@ from polyhal.ops.registry import get_op
 
 if TYPE_CHECKING:
     from polyhal.adapters.cpu.kernels.packed_gemm import PackedWeights
-
-PackCache = dict[tuple[int, int | None, bool],
-                 "tuple[np.ndarray, np.ndarray | None, PackedWeights]"]
-"""Packed weights by the ids of the arrays they were packed from (kept alive with them)."""
 
 UFUNCS: dict[str, Callable[..., Any]] = {
     "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
@@ -160,11 +157,10 @@ def _generic(node: Node) -> Callable[..., Any]:
 class PlanBuilder:
     """Turns a concrete, optimized graph into a :class:`Plan`."""
 
-    def __init__(self, graph: Graph, packs: PackCache | None = None) -> None:
+    def __init__(self, graph: Graph, derived: DerivedConstants | None = None) -> None:
         self.graph = graph
-        self.packs: PackCache = {} if packs is None else packs
-        """Packed weights by ``(id(B), id(C), transposed)``, shared by the plans of one
-        executable (their graphs share the constants' arrays)."""
+        self.derived = DerivedConstants(graph) if derived is None else derived
+        """Packed weights, shared by the plans of one executable."""
         self.slots: dict[str, int] = {}
         for name in [v.name for v in graph.inputs] + list(graph.constants) + [
                 o.name for n in graph.nodes for o in n.outputs]:
@@ -427,11 +423,8 @@ class PlanBuilder:
         if c_name is not None and (c is None or c.size not in (1, columns)
                                    or (c.ndim == 2 and c.shape[0] != 1)):
             return None  # C varies by row, or is computed
-        key = (id(b), None if c is None else id(c), transposed)
-        if key not in self.packs:
-            packed = packed_gemm.pack(b, None if c is None else c.reshape(-1), transposed)
-            self.packs[key] = (b, c, packed)
-        return self.packs[key][2]
+        return self.derived.get((b, c), ("packed", transposed), lambda: packed_gemm.pack(
+            b, None if c is None else c.reshape(-1), transposed))
 
     def _packed_step(self, name: str, ins: list[int], result: Value, packed: PackedWeights,
                      relu: bool) -> Step:

@@ -16,12 +16,18 @@ import numpy as np
 
 from polyhal.errors import AdapterContractError, UnsupportedError
 from polyhal.hal import Buffer, Capabilities, CompileOptions, Device, Executable, Profile
+from polyhal.hal.derived import DerivedConstants
 from polyhal.ir import Graph, TensorType
 from polyhal.passes import FUSION_RULES, apply_rules, simplify, specialize_to
 from polyhal.runtime.placement import node_reason
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 """The ``compile(..., precision=)`` modes (see :mod:`.storage`)."""
+
+
+MAX_PLANS = 64
+"""Plans one executable keeps (one per input shapes and shape-giving values); beyond
+that the oldest is dropped, and built again if its inputs come back."""
 
 
 def optimize(graph: Graph) -> Graph:
@@ -52,6 +58,8 @@ class GpuExecutable(Executable):
         self.precision = precision
         self.host_read = host_read_inputs(graph)
         self._plans: dict[Any, Any] = {}
+        self._derived = DerivedConstants(graph)
+        """Device copies of the graph's constants, shared by the plans."""
         self._profile: Profile | None = None
 
     def plan_for(self, inputs: Sequence[Buffer]) -> tuple[Any, bool]:
@@ -68,7 +76,9 @@ class GpuExecutable(Executable):
             return plan, False
         shapes = [tuple(b.type.shape) for b in inputs]
         plan = Plan(optimize(specialize_to(self.graph, shapes, values)), self.precision,
-                    self.device.stream)
+                    self.device.stream, self._derived)
+        if len(self._plans) >= MAX_PLANS:
+            del self._plans[next(iter(self._plans))]
         self._plans[key] = plan
         return plan, True
 
@@ -84,8 +94,9 @@ class GpuExecutable(Executable):
             done = time.perf_counter()
         self._profile = Profile(
             stages={"compile": built - start if fresh else 0.0, "run": done - built},
-            counters={"kernels": float(plan.launches - launches), "plans": float(len(
-                self._plans))})
+            counters={"kernels": float(plan.launches - launches),
+                      "plans": float(len(self._plans)),
+                      "constant_bytes": float(sum(a.nbytes for a in self._derived.kept()))})
         return [Buffer(self.device, TensorType(v.type.dtype, tuple(int(d) for d in
                                                                       v.type.shape)), a)
                 for v, a in zip(plan.graph.outputs, arrays, strict=True)]

@@ -34,6 +34,7 @@ from polyhal.adapters.gpu.kernels.gemm import gemm_kernel, launch_shape
 from polyhal.adapters.gpu.storage import F32, Storage, storage_for, to_device_layout
 from polyhal.adapters.gpu.target import grid_1d
 from polyhal.errors import ExecutionError, UnsupportedError
+from polyhal.hal.derived import DerivedConstants
 from polyhal.ir.dtypes import DType
 from polyhal.ir.graph import Graph, Node
 from polyhal.ir.verify import resolve_attrs
@@ -56,13 +57,15 @@ LOWERINGS = {"MatMul": "_matmul", "Gemm": "_gemm", "Conv": "_conv", "MaxPool": "
 class Plan:
     """The launches of one concrete graph on one stream."""
 
-    def __init__(self, graph: Graph, precision: str, stream: Any) -> None:
+    def __init__(self, graph: Graph, precision: str, stream: Any,
+                 derived: DerivedConstants | None = None) -> None:
         self.graph = graph
         self.precision = precision
         self.stream = stream
         self.launches = 0
         self._dummy = cuda.to_device(np.zeros(1, np.int64), stream=stream)
-        self.constants: Env = {name: self.upload(to_device_layout(array, self.storage(name)))
+        self._derived = DerivedConstants(graph) if derived is None else derived
+        self.constants: Env = {name: self._constant(name, array)
                                for name, array in graph.constants.items()}
         self.steps: list[Step] = []
         groups = {g.nodes[-1].name: g for g in find_groups(graph, FLOAT_NAMES, min_size=1)}
@@ -87,6 +90,13 @@ class Plan:
 
     def upload(self, array: np.ndarray) -> Any:
         return cuda.to_device(np.ascontiguousarray(array), stream=self.stream)
+
+    def _constant(self, name: str, array: np.ndarray) -> Any:
+        """Constant ``name`` on the device: uploaded once for all the plans of an
+        executable when it is one of the executable's graph's constants."""
+        storage = self.storage(name)
+        return self._derived.get((array,), ("device", storage.name),
+                                 lambda: self.upload(to_device_layout(array, storage)))
 
     def alloc(self, count: int, dtype: np.dtype) -> Any:
         return cuda.device_array(count, dtype, stream=self.stream)

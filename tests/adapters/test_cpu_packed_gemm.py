@@ -65,10 +65,13 @@ def test_nan_and_inf_propagate_and_nothing_past_the_output_is_written():
     assert (memory[rows * columns:] == 7.0).all()
 
 
-def test_the_operands_must_fit_and_empty_products_are_bias_or_nothing():
+def test_the_operands_must_fit_and_empty_products_are_the_bias_or_nothing():
     weights = packed_gemm.pack(np.ones((3, 4), np.float32), np.arange(4, dtype=np.float32))
     with pytest.raises(ValueError, match=r"\[2, 5\] @ \[3, 4\]"):
         packed_gemm.multiply(np.ones((2, 5), np.float32), weights, np.empty((2, 4), np.float32))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        packed_gemm.multiply(np.ones((2, 3), np.float32), weights,
+                             np.empty((4, 2), np.float32).T)
     empty = packed_gemm.pack(np.ones((0, 4), np.float32), np.arange(4, dtype=np.float32))
     out = packed_gemm.multiply(np.ones((2, 0), np.float32), empty, np.empty((2, 4), np.float32))
     np.testing.assert_array_equal(out, [[0, 1, 2, 3]] * 2)

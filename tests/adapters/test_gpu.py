@@ -144,6 +144,23 @@ def test_bad_options_and_unclaimed_ops_are_refused(sim):
         _ = open_device("gpu-sim:1").capabilities
 
 
+def test_plans_of_every_shape_share_one_device_copy_of_the_weights(sim):
+    rng = np.random.default_rng(3)
+    g = GraphBuilder("mlp")
+    x = g.input("x", f32["n", 16])
+    w = rng.normal(size=(16, 8)).astype(np.float32)
+    g.output(ops.relu(x @ g.constant(w, name="w")), name="y")
+    graph = g.build()
+    executable = sim.compile(graph, CompileOptions())
+    for rows in (1, 2, 3):
+        xs = rng.normal(size=(rows, 16)).astype(np.float32)
+        (out,) = executable.run([sim.upload(xs)])
+        np.testing.assert_allclose(sim.download(out), np.maximum(xs @ w, 0), rtol=1e-5,
+                                   atol=1e-5)
+        counters = executable.profile().counters
+        assert counters["plans"] == rows and counters["constant_bytes"] == w.nbytes, counters
+
+
 def test_runtime_places_on_gpu_sim_with_fallback():
     g = GraphBuilder("mixed")
     x = g.input("x", f32["n", 4])

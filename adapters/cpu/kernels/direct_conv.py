@@ -35,7 +35,6 @@ from typing import Any
 
 import numba
 import numpy as np
-from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -96,12 +95,7 @@ def _tile_kernel(pixels: int, vectors: int) -> Any:
                 for a, t in zip(args[:5], sig.args[:5], strict=True))
             ir_ = VectorCodegen(context, builder, sig.args[0].dtype)
             width, filter_row = ir_.width, f_steps_[2]
-            slots = [[cgutils.alloca_once(builder, ir_.vector) for _ in range(vectors)]
-                     for _ in range(pixels)]
-            for row in slots:
-                for j, slot in enumerate(row):
-                    start = ir_.add(block_, ir_.const(j * width))
-                    builder.store(ir_.load_vector(bias_p, start), slot)
+            slots = ir_.accumulators(pixels, vectors, bias_p, block_)
             with (cgutils.for_range(builder, counts_[0]) as kh_loop,
                   cgutils.for_range(builder, counts_[1]) as kw_loop,
                   cgutils.for_range(builder, counts_[2]) as c_loop):
@@ -115,20 +109,14 @@ def _tile_kernel(pixels: int, vectors: int) -> Any:
                     offset = ir_.add(x_start, ir_.mul(ir_.const(p), pixel_step_))
                     spread = ir_.splat(builder.load(builder.gep(rows_p, [offset],
                                                                 inbounds=True)))
-                    for weight, slot in zip(weights, row, strict=True):
-                        builder.store(builder.call(ir_.fmuladd,
-                                                   [spread, weight, builder.load(slot)]), slot)
-            zero = ir.Constant(ir_.vector, None)
+                    ir_.multiply_add(row, spread, weights)
             for p, row in enumerate(slots):
                 for j, slot in enumerate(row):
                     value = builder.load(slot)
                     offset = ir_.add(o0_, ir_.const(j * width), ir_.mul(ir_.const(p), out_step_))
                     count = builder.sub(valid_, ir_.const(j * width))
                     added = builder.fadd(value, ir_.load_lanes(residual_p, offset, count))
-                    value = builder.select(add_, added, value)
-                    # Relu keeps NaN: an unordered compare is true for it.
-                    positive = builder.fcmp_unordered(">", value, zero)
-                    value = builder.select(relu_, builder.select(positive, value, zero), value)
+                    value = ir_.relu_if(builder.select(add_, added, value), relu_)
                     ir_.store_lanes(value, out_p, offset, count)
             return context.get_dummy_value()
 

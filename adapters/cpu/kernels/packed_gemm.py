@@ -33,7 +33,6 @@ from typing import Any
 
 import numba
 import numpy as np
-from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -108,7 +107,7 @@ def pack(b: np.ndarray, bias: np.ndarray | None = None, transposed: bool = False
 def _tile_kernel(rows: int) -> Any:
     """The micro-kernel intrinsic for ``rows`` rows of ``A`` by one panel.
 
-    ``tile(a, panels, bias, out, a0, depth, p0, o0, n0, valid, relu)`` computes,
+    ``tile(a, panels, bias, out, a0, depth, p0, o0, columns, n0, valid, relu)`` computes,
     for ``r < rows``, ``bias[n0:][:PANEL] + sum over k of a[a0 + r * depth + k] *
     panels[p0 + k * PANEL:][:PANEL]`` (then the Relu when ``relu``) and stores its
     first ``valid`` values at ``out[o0 + r * columns:]``, where ``columns`` is
@@ -127,12 +126,7 @@ def _tile_kernel(rows: int) -> Any:
             a0_, depth_, p0_, o0_, columns_, n0_, valid_, relu_ = args[4:]
             ir_ = VectorCodegen(context, builder, sig.args[0].dtype)
             width = ir_.width
-            slots = [[cgutils.alloca_once(builder, ir_.vector) for _ in range(TILE_VECTORS)]
-                     for _ in range(rows)]
-            for row in slots:
-                for j, slot in enumerate(row):
-                    builder.store(ir_.load_vector(bias_p, ir_.add(n0_, ir_.const(j * width))),
-                                  slot)
+            slots = ir_.accumulators(rows, TILE_VECTORS, bias_p, n0_)
             with cgutils.for_range(builder, depth_) as loop:
                 k = loop.index
                 start = ir_.add(p0_, ir_.mul(k, ir_.const(width * TILE_VECTORS)))
@@ -141,16 +135,10 @@ def _tile_kernel(rows: int) -> Any:
                 for r, row in enumerate(slots):
                     at = ir_.add(a0_, ir_.mul(ir_.const(r), depth_), k)
                     spread = ir_.splat(builder.load(builder.gep(a_p, [at], inbounds=True)))
-                    for weight, slot in zip(weights, row, strict=True):
-                        builder.store(builder.call(ir_.fmuladd,
-                                                   [spread, weight, builder.load(slot)]), slot)
-            zero = ir.Constant(ir_.vector, None)
+                    ir_.multiply_add(row, spread, weights)
             for r, row in enumerate(slots):
                 for j, slot in enumerate(row):
-                    value = builder.load(slot)
-                    # Relu keeps NaN: an unordered compare is true for it.
-                    positive = builder.fcmp_unordered(">", value, zero)
-                    value = builder.select(relu_, builder.select(positive, value, zero), value)
+                    value = ir_.relu_if(builder.load(slot), relu_)
                     offset = ir_.add(o0_, ir_.const(j * width), ir_.mul(ir_.const(r), columns_))
                     ir_.store_lanes(value, out_p, offset,
                                     builder.sub(valid_, ir_.const(j * width)))
@@ -201,9 +189,11 @@ def multiply(a: np.ndarray, weights: PackedWeights, out: np.ndarray, relu: bool 
     must be a C-contiguous array of that dtype. Returns ``out``.
     """
     rows, depth = a.shape
-    if depth != weights.depth or out.shape != (rows, weights.columns):
+    if (depth != weights.depth or out.shape != (rows, weights.columns)
+            or not out.flags.c_contiguous):
         raise ValueError(f"packed GEMM: [{rows}, {depth}] @ [{weights.depth}, "
-                         f"{weights.columns}] into {list(out.shape)}")
+                         f"{weights.columns}] into a {list(out.shape)} array that must be "
+                         "C-contiguous")
     if rows == 0 or weights.columns == 0:
         return out
     a = np.ascontiguousarray(a)

@@ -43,6 +43,34 @@ class VectorCodegen:
                                           self.vector]),
             f"llvm.masked.load.{suffix}.p0")
 
+    def accumulators(self, rows: int, vectors: int, initial: ir.Value, offset: ir.Value
+                     ) -> list[list[ir.Value]]:
+        """``rows`` lists of ``vectors`` stack slots of the vector type (LLVM keeps a
+        tile's accumulators in registers), each row starting from the ``vectors``
+        vectors at ``initial + offset`` (a bias)."""
+        slots = [[cgutils.alloca_once(self.builder, self.vector) for _ in range(vectors)]
+                 for _ in range(rows)]
+        for row in slots:
+            for j, slot in enumerate(row):
+                self.builder.store(
+                    self.load_vector(initial, self.add(offset, self.const(j * self.width))), slot)
+        return slots
+
+    def multiply_add(self, slots: list[ir.Value], spread: ir.Value,
+                     weights: list[ir.Value]) -> None:
+        """Each ``slot += spread * weight`` (one ``fmuladd`` per vector)."""
+        builder = self.builder
+        for weight, slot in zip(weights, slots, strict=True):
+            builder.store(builder.call(self.fmuladd, [spread, weight, builder.load(slot)]),
+                          slot)
+
+    def relu_if(self, value: ir.Value, relu: ir.Value) -> ir.Value:
+        """``max(value, 0)`` lane by lane when ``relu`` is true, else ``value``; NaN stays
+        NaN (an unordered compare is true for it)."""
+        zero = ir.Constant(self.vector, None)
+        positive = self.builder.fcmp_unordered(">", value, zero)
+        return self.builder.select(relu, self.builder.select(positive, value, zero), value)
+
     def const(self, value: int) -> ir.Constant:
         return ir.Constant(self.i64, value)
 
