@@ -6,6 +6,7 @@ weights are constants, compared with the reference."""
 from __future__ import annotations
 
 import itertools
+import threading
 import tracemalloc
 
 import numpy as np
@@ -14,7 +15,7 @@ import pytest
 import polyhal
 from polyhal import ops
 from polyhal.adapters.cpu import threads as cpu_threads
-from polyhal.adapters.cpu.kernels import packed_gemm
+from polyhal.adapters.cpu.kernels import crew, packed_gemm
 from polyhal.hal import CompileOptions, open_device
 from polyhal.ir import GraphBuilder, f32, f64
 from polyhal.reference import run
@@ -189,3 +190,42 @@ def test_a_new_batch_size_packs_no_new_copy_of_the_weights():
     finally:
         tracemalloc.stop()
     assert peak < 2**20, f"{peak / 2**20:.1f} MiB allocated: the weights were copied"
+
+
+def test_concurrent_calls_with_products_split_between_threads(monkeypatch):
+    monkeypatch.setattr(packed_gemm, "MIN_WORK_PER_THREAD", 1)  # every product split
+    rng = np.random.default_rng(7)
+    g = GraphBuilder("layer")
+    x = g.input("x", f32["n", 6])
+    weights = g.constant(rng.normal(size=(6, 60)).astype(np.float32))  # 3 panels
+    g.output(ops.relu(x @ weights + g.constant(rng.normal(size=60).astype(np.float32))),
+             name="y")
+    graph = g.build()
+    compiled = polyhal.compile(graph, device="cpu")
+    split: list[int] = []  # threads each product was split between
+    run_on_crew = crew.run
+
+    def counted(calls):
+        split.append(len(calls))
+        run_on_crew(calls)
+
+    monkeypatch.setattr(crew, "run", counted)
+    errors: list[BaseException] = []
+
+    def calls(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        try:
+            for _ in range(30):
+                xs = rng.normal(size=(packed_gemm.MAX_ROWS, 6)).astype(np.float32)
+                np.testing.assert_allclose(compiled(xs)["y"], run(graph, xs)["y"], rtol=1e-6,
+                                           atol=1e-6)
+        except BaseException as error:  # handed to the test thread
+            errors.append(error)
+
+    workers = [threading.Thread(target=calls, args=(seed,)) for seed in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+    assert not errors and not any(w.is_alive() for w in workers), errors[:1]
+    assert split and min(split) >= 2, split[:5]
