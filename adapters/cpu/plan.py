@@ -352,7 +352,7 @@ class PlanBuilder:
     def _matmul(self, node: Node) -> Step:
         packed = self._packed(node)
         if packed is not None:
-            return self._packed_step(node.name, [self.slot(node.inputs[0])], node.outputs[0],
+            return self._packed_step(node.name, self.slot(node.inputs[0]), node.outputs[0],
                                      packed, relu=False)
         a, b = (self.slot(i) for i in node.inputs)
         out = self.slot(node.outputs[0].name)
@@ -379,7 +379,7 @@ class PlanBuilder:
         if not trans_a and alpha == 1.0 and (len(ins) == 2 or beta == 1.0):
             packed = self._packed(node, transposed=bool(trans_b))
             if packed is not None:
-                return self._packed_step(name, ins[:1], result, packed, epilogue.relu)
+                return self._packed_step(name, ins[0], result, packed, epilogue.relu)
         out = self.slot(result.name)
         relu, zero = epilogue.relu, result.type.dtype.numpy.type(0)
 
@@ -426,12 +426,11 @@ class PlanBuilder:
         return self.derived.get((b, c), ("packed", transposed), lambda: packed_gemm.pack(
             b, None if c is None else c.reshape(-1), transposed))
 
-    def _packed_step(self, name: str, ins: list[int], result: Value, packed: PackedWeights,
+    def _packed_step(self, name: str, a: int, result: Value, packed: PackedWeights,
                      relu: bool) -> Step:
-        """A product of A by packed constant weights (:mod:`.packed_gemm`)."""
+        """A product of A (slot ``a``) by packed constant weights (:mod:`.packed_gemm`)."""
         from polyhal.adapters.cpu.kernels.packed_gemm import multiply
 
-        a = ins[0]
         out = self.slot(result.name)
         shape = tuple(int(d) for d in result.type.shape)
         flat = (math.prod(shape[:-1]), packed.columns)  # rows, columns
@@ -448,7 +447,7 @@ class PlanBuilder:
 
             return step
 
-        return Step(name, ins, [out], False, True, make, [result.type])
+        return Step(name, [a], [out], False, True, make, [result.type])
 
     def _kernel(self, node: Node) -> Step:
         call = _generic(node)

@@ -87,13 +87,17 @@ def _hashable(value: Any) -> Any:
 def _content(array: np.ndarray) -> tuple[Any, ...]:
     """A key equal for arrays of equal dtype, shape and bytes: a digest of the bytes,
     so that CSE holds no copy of a model's weights (``tobytes`` would copy them)."""
-    data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
     return ("array", str(array.dtype), array.shape,
-            hashlib.blake2b(data, digest_size=32).digest())
+            hashlib.blake2b(_bytes(array), digest_size=32).digest())
+
+
+def _bytes(array: np.ndarray) -> np.ndarray:
+    """``array``'s bytes as a flat uint8 view (a copy only when it is not contiguous)."""
+    return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 
 
 def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
-    return bool(np.array_equal(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8)))
+    return bool(np.array_equal(_bytes(a), _bytes(b)))
 
 
 def eliminate_common_subexpressions(graph: Graph) -> Graph:
