@@ -1,12 +1,14 @@
 """The CPU adapter: polyhal's fast backend, and the runtime's fallback device.
 
-``compile`` keeps the graph; the first run with each concrete input shape
-specializes it, optimizes it (constant folding, CSE, dead-code elimination,
-the shared fusion rules: MatMul+Add -> Gemm, Conv+BatchNorm folding) and
-lowers it to a :class:`~polyhal.adapters.cpu.plan.Plan`: elementwise chains
-fused into numba ufuncs cached on disk, BLAS-backed MatMul/Gemm/Conv, numpy
-for other ops, and a statically planned buffer arena. Plans are cached per
-shape binding.
+``compile`` optimizes the graph once, with its shapes still symbolic (constant
+folding, CSE, dead-code elimination, the shared fusion rules: MatMul+Add ->
+Gemm, Conv+BatchNorm folding). The first run with each concrete input shape
+specializes the optimized graph, runs the same passes again for what the
+shapes make possible (they return their input untouched when they find
+nothing, so this is mostly a scan), and lowers it to a
+:class:`~polyhal.adapters.cpu.plan.Plan`: elementwise chains fused into numba
+ufuncs cached on disk, BLAS-backed MatMul/Gemm/Conv, numpy for other ops, and
+a statically planned buffer arena. Plans are cached per shape binding.
 """
 
 from __future__ import annotations
@@ -61,13 +63,17 @@ def optimize(graph: Graph) -> Graph:
 
 
 class CpuExecutable(Executable):
-    """A graph whose plans are built per concrete input shapes, on first use."""
+    """A graph optimized once, whose plans are built per concrete input shapes, on
+    first use."""
 
     def __init__(self, device: CpuDevice, graph: Graph) -> None:
         self.device = device
         self.graph = graph
+        self.optimized = optimize(graph)
+        """``graph`` through :func:`optimize` with its shapes still symbolic: what each
+        shape binding specializes."""
         self._plans: dict[tuple[tuple[int, ...], ...], Plan] = {}
-        self._derived = DerivedConstants(graph)
+        self._derived = DerivedConstants(self.optimized)
         self._lock = threading.Lock()
         self._last_plan: Plan | None = None
 
@@ -79,7 +85,7 @@ class CpuExecutable(Executable):
             with self._lock:
                 plan = self._plans.get(shapes)
                 if plan is None:
-                    concrete = optimize(specialize_to(self.graph, shapes))
+                    concrete = optimize(specialize_to(self.optimized, shapes))
                     plan = PlanBuilder(concrete, self._derived).build()
                     if len(self._plans) >= MAX_PLANS:
                         del self._plans[next(iter(self._plans))]

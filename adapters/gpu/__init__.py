@@ -1,9 +1,11 @@
 """The GPU adapters: numba.cuda kernels on a real CUDA device (``gpu``) or on numba's
 CUDA simulator (``gpu-sim``), from one code path.
 
-``compile`` keeps the graph; the first run with each concrete input shape
-specializes and optimizes it (the ``cpu`` passes: folding, CSE, DCE,
-MatMul+Add -> Gemm, Conv+BatchNorm folding) and lowers it to a
+``compile`` optimizes the graph once, with its shapes still symbolic (the
+``cpu`` passes: folding, CSE, DCE, MatMul+Add -> Gemm, Conv+BatchNorm
+folding); the first run with each concrete input shape specializes the
+optimized graph, runs the passes again for what the shapes make possible,
+and lowers it to a
 :class:`~.plan.Plan` of kernel launches: generated kernels for fusion
 groups, a tiled shared-memory GEMM for MatMul/Gemm/Conv, row kernels for
 reductions, Softmax and LayerNormalization, and index-map gathers for data

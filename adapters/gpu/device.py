@@ -55,10 +55,13 @@ class GpuExecutable(Executable):
     def __init__(self, device: GpuDevice, graph: Graph, precision: str) -> None:
         self.device = device
         self.graph = graph
+        self.optimized = optimize(graph)
+        """``graph`` through :func:`optimize` with its shapes still symbolic: what each
+        plan specializes (and optimizes again, mostly a scan)."""
         self.precision = precision
-        self.host_read = host_read_inputs(graph)
+        self.host_read = host_read_inputs(self.optimized)
         self._plans: dict[Any, Any] = {}
-        self._derived = DerivedConstants(graph)
+        self._derived = DerivedConstants(self.optimized)
         """Device copies of the graph's constants, shared by the plans."""
         self._profile: Profile | None = None
 
@@ -67,7 +70,7 @@ class GpuExecutable(Executable):
         whether it was built now."""
         from polyhal.adapters.gpu.plan import Plan
 
-        values = {self.graph.inputs[i].name: self.device.download(inputs[i])
+        values = {self.optimized.inputs[i].name: self.device.download(inputs[i])
                   for i in self.host_read}
         key = (tuple(b.type.shape for b in inputs),
                tuple((v.dtype.str, v.shape, v.tobytes()) for v in values.values()))
@@ -75,7 +78,7 @@ class GpuExecutable(Executable):
         if plan is not None:
             return plan, False
         shapes = [tuple(b.type.shape) for b in inputs]
-        plan = Plan(optimize(specialize_to(self.graph, shapes, values)), self.precision,
+        plan = Plan(optimize(specialize_to(self.optimized, shapes, values)), self.precision,
                     self.device.stream, self._derived)
         if len(self._plans) >= MAX_PLANS:
             del self._plans[next(iter(self._plans))]

@@ -98,8 +98,10 @@ class Var:
 class GraphBuilder:
     """Builds a :class:`Graph` node by node, inferring types as it goes."""
 
-    def __init__(self, name: str = "graph", reserved: Sequence[str] = ()) -> None:
+    def __init__(self, name: str = "graph", reserved: Sequence[str] = (), doc: str = "") -> None:
         self.name = name
+        self.doc = doc
+        """The built graph's :attr:`Graph.doc`."""
         self._reserved = set(reserved)
         self._inputs: list[Value] = []
         self._constants: dict[str, np.ndarray] = {}
@@ -262,4 +264,4 @@ class GraphBuilder:
                  for n in self._nodes]
         outputs = [Value(rename(name), self._types[name]) for name, _ in self._outputs]
         return Graph(self.name, tuple(self._inputs), tuple(outputs), tuple(nodes),
-                     dict(self._constants))
+                     dict(self._constants), self.doc)

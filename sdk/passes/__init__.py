@@ -1,4 +1,5 @@
-"""Graph-to-graph passes. Each returns a new graph; none mutates its input."""
+"""Graph-to-graph passes. None mutates its input; a pass with nothing to change may
+return its input itself (graphs are immutable)."""
 
 from polyhal.passes.autocast import FLOAT32_OPS, LOW_PRECISION_OPS, autocast
 from polyhal.passes.cleanup import (

@@ -1,9 +1,12 @@
 """Clean-up passes: constant folding, dead-code elimination, common-subexpression
-elimination. Each returns a new graph and leaves its input untouched."""
+elimination. Each leaves its input untouched and returns a new graph, or the
+input itself when it has nothing to change (graphs are immutable): a pipeline
+run again on an optimized graph costs a scan, not a rebuild."""
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -30,6 +33,8 @@ def eliminate_dead_code(graph: Graph) -> Graph:
             kept.append(node)
             live.update(i for i in node.inputs if i)
     constants = {k: v for k, v in graph.constants.items() if k in live}
+    if len(kept) == len(graph.nodes) and len(constants) == len(graph.constants):
+        return graph
     return Graph(graph.name, graph.inputs, graph.outputs, tuple(reversed(kept)), constants,
                  graph.doc)
 
@@ -44,6 +49,8 @@ def fold_constants(graph: Graph, max_elements: int = FOLD_MAX_ELEMENTS) -> Graph
     """
     known: dict[str, np.ndarray] = dict(graph.constants)
     limit = min(max_elements, current_limits().max_elements)
+    if not _any_foldable(graph, limit):
+        return graph
 
     def fold(builder: GraphBuilder, node: Node, args: list[Var | None]
              ) -> tuple[Var, ...] | None:
@@ -62,6 +69,12 @@ def fold_constants(graph: Graph, max_elements: int = FOLD_MAX_ELEMENTS) -> Graph
                      for value, array in zip(node.outputs, outputs, strict=True))
 
     return eliminate_dead_code(rebuild(graph, fold))
+
+
+def _any_foldable(graph: Graph, limit: int) -> bool:
+    """True when some node reads only constants (or nothing) and is small enough to fold."""
+    return any(all((not i) or i in graph.constants for i in node.inputs)
+               and _foldable(node, limit) for node in graph.nodes)
 
 
 def _foldable(node: Node, limit: int) -> bool:
@@ -105,16 +118,8 @@ def eliminate_common_subexpressions(graph: Graph) -> Graph:
 
     Identical constants are merged too. Graph outputs keep their names.
     """
-    rename: dict[str, str] = {}
-    by_content: dict[tuple[Any, ...], str] = {}
-    constants: dict[str, np.ndarray] = {}
-    for name, array in graph.constants.items():
-        key = _content(array)
-        if key in by_content and _same_bytes(array, graph.constants[by_content[key]]):
-            rename[name] = by_content[key]
-        else:
-            by_content[key] = name
-            constants[name] = array
+    rename = _duplicate_constants(graph.constants)
+    constants = {k: v for k, v in graph.constants.items() if k not in rename}
     seen: dict[tuple[Any, ...], Node] = {}
     nodes: list[Node] = []
     protected = {v.name for v in graph.outputs}
@@ -127,9 +132,36 @@ def eliminate_common_subexpressions(graph: Graph) -> Graph:
             continue
         if first is None:
             seen[key] = node
-        nodes.append(Node(node.op, node.name, tuple(rename.get(i, i) for i in node.inputs),
-                          node.outputs, node.attrs, node.domain))
+        inputs = tuple(rename.get(i, i) for i in node.inputs)
+        nodes.append(node if inputs == node.inputs else
+                     Node(node.op, node.name, inputs, node.outputs, node.attrs, node.domain))
+    if not rename:
+        return graph
     return Graph(graph.name, graph.inputs, graph.outputs, tuple(nodes), constants, graph.doc)
+
+
+def _duplicate_constants(constants: Mapping[str, np.ndarray]) -> dict[str, str]:
+    """Each constant whose dtype, shape and bytes equal an earlier one's -> that one's
+    name. Only constants that share their dtype, shape and first and last bytes with
+    another are hashed (a model's weight matrices of one shape differ there)."""
+    by_look: dict[tuple[Any, ...], list[str]] = {}
+    for name, array in constants.items():
+        flat = _bytes(array)
+        look = (str(array.dtype), array.shape, flat[:64].tobytes(), flat[-64:].tobytes())
+        by_look.setdefault(look, []).append(name)
+    rename: dict[str, str] = {}
+    for names in by_look.values():
+        if len(names) < 2:
+            continue
+        by_content: dict[tuple[Any, ...], str] = {}
+        for name in names:
+            array = constants[name]
+            key = _content(array)
+            if key in by_content and _same_bytes(array, constants[by_content[key]]):
+                rename[name] = by_content[key]
+            else:
+                by_content[key] = name
+    return rename
 
 
 def simplify(graph: Graph) -> Graph:

@@ -33,7 +33,7 @@ def rebuild(graph: Graph, rewrite: NodeRewrite,
     ``input_values`` become constants of those values.
     """
     reserved = [n.name for n in graph.nodes] + list(graph.value_types)
-    g = GraphBuilder(graph.name, reserved=reserved)
+    g = GraphBuilder(graph.name, reserved=reserved, doc=graph.doc)
     types, values = input_types or {}, input_values or {}
     env: dict[str, Var] = {v.name: g.constant(values[v.name], name=v.name) if v.name in values
                            else g.input(v.name, types.get(v.name, v.type))
@@ -49,5 +49,4 @@ def rebuild(graph: Graph, rewrite: NodeRewrite,
             env[value.name] = var
     for value in graph.outputs:
         g.output(env[value.name], name=value.name)
-    built = g.build()
-    return Graph(built.name, built.inputs, built.outputs, built.nodes, built.constants, graph.doc)
+    return g.build()

@@ -293,6 +293,37 @@ def test_only_the_last_plans_are_kept_and_a_dropped_one_is_built_again(monkeypat
     assert list(executable._plans) == [((4, 8),), ((5, 8),), ((1, 8),)]
 
 
+def test_the_graph_is_optimized_once_and_new_shapes_only_specialize_it(monkeypatch):
+    from polyhal.passes import rewrite
+
+    rewrites: list[int] = []
+    real_rewrite = rewrite._rewrite
+
+    def counted(graph, matches, claimed):
+        rewrites.append(len(matches))
+        return real_rewrite(graph, matches, claimed)
+
+    monkeypatch.setattr(rewrite, "_rewrite", counted)
+    rng = np.random.default_rng(9)
+    g = GraphBuilder("conv-bn")
+    x = g.input("x", f32["n", 3, 6, 6])
+    y = ops.conv(x, g.constant(rng.normal(size=(4, 3, 3, 3)).astype(np.float32)), pads=[1] * 4)
+    params = [rng.uniform(0.5, 1.5, 4), rng.normal(size=4), rng.normal(size=4),
+              rng.uniform(0.5, 1.5, 4)]
+    y = ops.batch_normalization(y, *(g.constant(p.astype(np.float32)) for p in params))
+    g.output(ops.relu(y), name="y")
+    graph = g.build()
+    executable = open_device("cpu").compile(graph, CompileOptions()).inner
+    assert rewrites == [1]  # the BatchNormalization folded into the Conv, at compile time
+    assert [n.op for n in executable.optimized.nodes] == ["Conv", "Relu"]
+    for batch in (1, 2, 5):
+        xs = rng.normal(size=(batch, 3, 6, 6)).astype(np.float32)
+        plan = executable.plan_for((xs.shape,))
+        np.testing.assert_allclose(plan.execute([xs])[0], run(graph, xs)["y"], rtol=1e-4,
+                                   atol=1e-5)
+    assert rewrites == [1]
+
+
 def test_low_precision_and_options():
     graph = _chain(f16)
     x = np.random.default_rng(0).normal(size=(2, 8)).astype(np.float16)

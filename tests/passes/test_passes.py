@@ -83,6 +83,36 @@ def test_cse_keeps_graph_outputs_distinct():
     np.testing.assert_array_equal(out["a"], out["b"])
 
 
+def test_cse_compares_every_byte_of_constants_that_look_alike():
+    ends = np.zeros(64, np.float32)  # equal first and last 64 bytes, middles differ
+    first, second = (np.concatenate([ends, middle, ends]) for middle in (np.ones(8, np.float32),
+                                                                        np.full(8, 2, np.float32)))
+    g = GraphBuilder("alike")
+    x = g.input("x", f32[136])
+    g.output((x + g.constant(first)) * (x + g.constant(second)) * (x + g.constant(first.copy())),
+             name="y")
+    graph = eliminate_dead_code(eliminate_common_subexpressions(g.build()))
+    assert sorted(a[64] for a in graph.constants.values()) == [1, 2]  # the two copies merged
+    xs = np.arange(136, dtype=np.float32)
+    np.testing.assert_array_equal(run(graph, xs)["y"], (xs + first) * (xs + second) * (xs + first))
+
+
+def test_passes_return_their_input_when_they_have_nothing_to_change():
+    g = GraphBuilder("clean", doc="kept by every pass")
+    x = g.input("x", f32["n", 4])
+    w = g.constant(np.arange(16, dtype=np.float32).reshape(4, 4))
+    g.output(ops.relu(x @ w + g.constant(np.ones(4, np.float32))), name="y")
+    graph = apply_rules(simplify(g.build()), FUSION_RULES)
+    assert _ops(graph) == ["Gemm", "Relu"]
+    assert graph.doc == "kept by every pass"
+    for clean in (fold_constants, eliminate_common_subexpressions, eliminate_dead_code, simplify,
+                  lambda g: apply_rules(g, FUSION_RULES)):
+        assert clean(graph) is graph
+    concrete = specialize(graph, {"n": 2})
+    assert concrete is not graph and concrete.doc == graph.doc
+    assert concrete.constants[graph.nodes[0].inputs[1]] is graph.constants[graph.nodes[0].inputs[1]]
+
+
 def test_rewrite_rule_with_constraint_and_capture_result():
     double_neg = Rule("double-neg", P("Neg", P("Neg", V("x"))), "x")
     g = GraphBuilder("neg")
