@@ -429,11 +429,13 @@ class PlanBuilder:
     def _packed_step(self, name: str, a: int, result: Value, packed: PackedWeights,
                      relu: bool) -> Step:
         """A product of A (slot ``a``) by packed constant weights (:mod:`.packed_gemm`)."""
-        from polyhal.adapters.cpu.kernels.packed_gemm import multiply
+        from polyhal.adapters.cpu.kernels.packed_gemm import multiply_unchecked
 
         out = self.slot(result.name)
         shape = tuple(int(d) for d in result.type.shape)
         flat = (math.prod(shape[:-1]), packed.columns)  # rows, columns
+        a_flat = (flat[0], packed.depth)
+        empty = 0 in flat  # no rows or no columns (no depth still writes the bias)
 
         def make(buffers: list[int | None], scratch: dict[str, int]) -> StepFn:
             buffer = buffers[0]
@@ -441,8 +443,11 @@ class PlanBuilder:
             def step(env: Env, arena: Arena) -> None:
                 target = arena[buffer] if buffer is not None else np.empty(shape,
                                                                             packed.bias.dtype)
-                x = env[a]
-                multiply(x.reshape(flat[0], x.shape[-1]), packed, target.reshape(flat), relu)
+                if not empty:
+                    if not target.flags.c_contiguous:  # a reshape would copy: never here
+                        raise ValueError(f"{name}: packed GEMM output buffer is strided")
+                    multiply_unchecked(np.ascontiguousarray(env[a]).reshape(a_flat), packed,
+                                       target.reshape(flat), relu)
                 env[out] = target
 
             return step

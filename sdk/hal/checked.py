@@ -9,6 +9,7 @@ the call; any other exception escaping an adapter becomes a
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -35,6 +36,7 @@ from polyhal.ir.graph import Graph
 from polyhal.ir.types import TensorType
 
 T = TypeVar("T")
+_TYPE = operator.attrgetter("type")
 
 
 def guarded(where: str, call: Callable[..., T], *args: Any) -> T:
@@ -50,11 +52,23 @@ def guarded(where: str, call: Callable[..., T], *args: Any) -> T:
 class CheckedExecutable(Executable):
     """An executable whose every run is checked against the graph's types."""
 
+    MAX_SIGNATURES = 256
+    """Checked signatures kept (of inputs, and of inputs with outputs); beyond that
+    the record starts afresh."""
+
     def __init__(self, device: CheckedDevice, inner: Executable, graph: Graph) -> None:
         self.device = device
         self.inner = inner
         self.graph = graph
         self._where = f"{device.address} Executable.run"
+        # Signatures that passed the checks, keyed by the ids of their types. Each
+        # entry holds the types themselves (so no id is reused while it is kept),
+        # which must equal the signature's (tuples compare identical items without
+        # calling __eq__); ``TensorType.of`` returns one object per dtype and shape,
+        # so a steady stream of calls checks each signature once.
+        self._inputs_checked: dict[tuple[int, ...],
+                                   tuple[tuple[TensorType, ...], dict[str, int]]] = {}
+        self._outputs_checked: dict[tuple[int, ...], tuple[TensorType, ...]] = {}
 
     def run(self, inputs: Sequence[Buffer]) -> list[Buffer]:
         # Runs on every call: messages are formatted only for an error.
@@ -62,22 +76,46 @@ class CheckedExecutable(Executable):
         if len(inputs) != len(graph.inputs):
             raise AdapterContractError(f"{self._where}: {len(inputs)} buffers given, graph "
                                        f"{graph.name!r} takes {len(graph.inputs)}")
-        bindings: dict[str, int] = {}
-        for buffer, value in zip(inputs, graph.inputs, strict=True):
-            device.check_owned(buffer, self._where)
-            _check_type(value.type, buffer.type, bindings, self._where, "input", value.name)
+        for buffer in inputs:
+            if not device.owns(buffer):
+                device.check_owned(buffer, self._where)
+        in_types = tuple(map(_TYPE, inputs))
+        in_key = tuple(map(id, in_types))
+        checked = self._inputs_checked.get(in_key)
+        if checked is None or checked[0] != in_types:
+            bindings: dict[str, int] = {}
+            for value, t in zip(graph.inputs, in_types, strict=True):
+                _check_type(value.type, t, bindings, self._where, "input", value.name)
+            checked = _remember(self._inputs_checked, self.MAX_SIGNATURES, in_key,
+                                (in_types, bindings))
         outputs = guarded(self._where, self.inner.run, list(inputs))
         if not isinstance(outputs, list | tuple) or len(outputs) != len(graph.outputs):
             raise AdapterContractError(f"{self._where} returned {_count(outputs)}; graph "
                                        f"{graph.name!r} has {len(graph.outputs)} outputs")
-        for buffer, value in zip(outputs, graph.outputs, strict=True):
+        for index, buffer in enumerate(outputs):
             if not device.owns(buffer):
-                device.check_owned(buffer, f"{self._where} (output {value.name!r})")
-            _check_type(value.type, buffer.type, bindings, self._where, "output", value.name)
+                device.check_owned(buffer, f"{self._where} (output "
+                                           f"{graph.outputs[index].name!r})")
+        types = (*in_types, *map(_TYPE, outputs))
+        key = tuple(map(id, types))
+        seen = self._outputs_checked.get(key)
+        if seen is None or seen != types:
+            bindings = dict(checked[1])
+            for value, t in zip(graph.outputs, types[len(in_types):], strict=True):
+                _check_type(value.type, t, bindings, self._where, "output", value.name)
+            _remember(self._outputs_checked, self.MAX_SIGNATURES, key, types)
         return list(outputs)
 
     def profile(self) -> Profile | None:
         return guarded(f"{self.device.address} Executable.profile", self.inner.profile)
+
+
+def _remember(record: dict[tuple[int, ...], T], limit: int, key: tuple[int, ...],
+              entry: T) -> T:
+    if len(record) >= limit:
+        record.clear()
+    record[key] = entry
+    return entry
 
 
 def _count(outputs: object) -> str:
@@ -113,6 +151,8 @@ class CheckedDevice(Device):
         self.adapter = inner.adapter
         self.index = inner.index
         self._address = address
+        self._upload_where = f"{address} Device.upload"
+        self._download_where = f"{address} Device.download"
 
     @property
     def address(self) -> str:
@@ -144,21 +184,23 @@ class CheckedDevice(Device):
                                    f"{self.address}")
 
     def upload(self, array: np.ndarray) -> Buffer:
-        where = f"{self.address} Device.upload"
+        where = self._upload_where
         if not isinstance(array, np.ndarray):
             raise AdapterContractError(f"{where}: expected a numpy array, got "
                                        f"{type(array).__name__}")
         expected = TensorType.of(array, where)
         buffer = guarded(where, self.inner.upload, array)
-        self.check_owned(buffer, f"{where} (its result)")
-        if buffer.type != expected:
+        if not self.owns(buffer):
+            self.check_owned(buffer, f"{where} (its result)")
+        if buffer.type is not expected and buffer.type != expected:
             raise AdapterContractError(f"{where} returned a buffer of type {buffer.type} for "
                                        f"an array of type {expected}")
         return buffer
 
     def download(self, buffer: Buffer) -> np.ndarray:
-        where = f"{self.address} Device.download"
-        self.check_owned(buffer, where)
+        where = self._download_where
+        if not self.owns(buffer):
+            self.check_owned(buffer, where)
         array = guarded(where, self.inner.download, buffer)
         if not isinstance(array, np.ndarray):
             raise AdapterContractError(f"{where} returned {type(array).__name__}, not an array")
@@ -167,7 +209,7 @@ class CheckedDevice(Device):
         except IRError:
             raise AdapterContractError(f"{where} returned an array of dtype {array.dtype}, "
                                        "which is no polyhal dtype") from None
-        if actual != buffer.type:
+        if actual is not buffer.type and actual != buffer.type:
             raise AdapterContractError(f"{where} returned {actual} for a buffer of type "
                                        f"{buffer.type}")
         if buffer.checksum is not None and buffer_checksum(array) != buffer.checksum:

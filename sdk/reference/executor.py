@@ -25,6 +25,29 @@ from polyhal.ops.registry import OpDef, get_op
 def bind_inputs(graph: Graph, args: Sequence[Any], kwargs: Mapping[str, Any]
                 ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
     """Match positional and named arrays to the graph inputs and bind symbols."""
+    if kwargs or len(args) != len(graph.inputs):
+        args = _in_input_order(graph, args, kwargs)
+    bindings: dict[str, int] = {}
+    arrays: dict[str, np.ndarray] = {}
+    for value, array in zip(graph.inputs, args, strict=True):
+        expected = value.type
+        if array is None:
+            raise InputBindingError(f"{_input_where(value.name, expected)}: got None")
+        if not isinstance(array, np.ndarray):
+            array = np.asarray(array)
+        if array.dtype != expected.dtype.numpy:
+            array = _in_native_order(array, expected, value.name)
+        if array.ndim != expected.rank or D.bind_shape(expected.shape, array.shape,
+                                                       bindings) is not None:
+            check_shape(expected, array.shape, bindings, _input_where(value.name, expected),
+                        InputBindingError)
+        arrays[value.name] = array
+    return arrays, bindings
+
+
+def _in_input_order(graph: Graph, args: Sequence[Any], kwargs: Mapping[str, Any]
+                    ) -> list[Any]:
+    """The positional and named arguments as one list in graph-input order."""
     names = [v.name for v in graph.inputs]
     if len(args) > len(names):
         raise InputBindingError(f"graph {graph.name!r} takes {len(names)} inputs, "
@@ -40,23 +63,7 @@ def bind_inputs(graph: Graph, args: Sequence[Any], kwargs: Mapping[str, Any]
     missing = [n for n in names if n not in given]
     if missing:
         raise InputBindingError(f"graph {graph.name!r}: missing input(s) {', '.join(missing)}")
-    bindings: dict[str, int] = {}
-    arrays: dict[str, np.ndarray] = {}
-    for value in graph.inputs:
-        array = given[value.name]
-        expected = value.type
-        if array is None:
-            raise InputBindingError(f"{_input_where(value.name, expected)}: got None")
-        if not isinstance(array, np.ndarray):
-            array = np.asarray(array)
-        if array.dtype != expected.dtype.numpy:
-            array = _in_native_order(array, expected, value.name)
-        if array.ndim != expected.rank or D.bind_shape(expected.shape, array.shape,
-                                                       bindings) is not None:
-            check_shape(expected, array.shape, bindings, _input_where(value.name, expected),
-                        InputBindingError)
-        arrays[value.name] = array
-    return arrays, bindings
+    return [given[n] for n in names]
 
 
 def _in_native_order(array: np.ndarray, expected: TensorType, name: str) -> np.ndarray:

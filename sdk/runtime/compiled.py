@@ -68,16 +68,21 @@ class CompiledGraph:
         self.stats = RunStats()
         self._dynamic = [self.devices[part.device].capabilities.dynamic_shapes
                          for part in self.placement.partitions]
-        self._cache: dict[tuple[int, tuple[TensorType, ...] | None], Executable] = {}
+        self._steps = [(part, self.devices[part.device], [v.name for v in part.graph.inputs],
+                        [v.name for v in part.graph.outputs])
+                       for part in self.placement.partitions]
+        self._output_names = [v.name for v in graph.outputs]
+        self._cache: dict[int | tuple[int, tuple[TensorType, ...]], Executable] = {}
         self._last: list[tuple[str, Executable]] = []
         self._lock = threading.Lock()
 
-    def _executable(self, index: int, part: Partition, types: tuple[TensorType, ...]
-                    ) -> Executable:
+    def _executable(self, index: int, part: Partition, buffers: list[Buffer]) -> Executable:
         """Partition ``index``'s executable: one for every input shape on a device with
         ``dynamic_shapes`` (its executable specializes as it needs, and keeps what it
         builds across shapes), else one per concrete input types."""
-        key = (index, None if self._dynamic[index] else types)
+        key: int | tuple[int, tuple[TensorType, ...]] = index
+        if not self._dynamic[index]:
+            key = (index, tuple(b.type for b in buffers))
         executable = self._cache.get(key)
         if executable is not None:
             return executable
@@ -87,8 +92,8 @@ class CompiledGraph:
                 graph = part.graph
                 if not self._dynamic[index]:
                     bindings: dict[str, int] = {}
-                    for value, t in zip(graph.inputs, types, strict=True):
-                        for dim, size in zip(value.type.shape, t.shape, strict=True):
+                    for value, buffer in zip(graph.inputs, buffers, strict=True):
+                        for dim, size in zip(value.type.shape, buffer.type.shape, strict=True):
                             if isinstance(dim, str):
                                 bindings.setdefault(dim, size)  # type: ignore[arg-type]
                     graph = specialize(graph, bindings)
@@ -100,28 +105,26 @@ class CompiledGraph:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Outputs:
         """Run on arrays given by position or by input name; results by name and position."""
-        arrays, _ = bind_inputs(self.source, args, kwargs)
-        host: dict[str, np.ndarray] = dict(arrays)
+        host, _ = bind_inputs(self.source, args, kwargs)
         located: dict[str, tuple[str, Buffer]] = {}
         ran: list[tuple[str, Executable]] = []
-        for index, part in enumerate(self.placement.partitions):
-            device = self.devices[part.device]
+        for index, (part, device, input_names, output_names) in enumerate(self._steps):
             buffers = [self._fetch(name, part.device, device, host, located)
-                       for name in (v.name for v in part.graph.inputs)]
-            executable = self._executable(index, part, tuple(b.type for b in buffers))
+                       for name in input_names]
+            executable = self._executable(index, part, buffers)
             ran.append((part.device, executable))
             outputs = self._run(index, part, executable, buffers)
-            for value, buffer in zip(part.graph.outputs, outputs, strict=True):
-                located[value.name] = (part.device, buffer)
+            for name, buffer in zip(output_names, outputs, strict=True):
+                located[name] = (part.device, buffer)
         results = Outputs()
-        for value in self.source.outputs:
-            if value.name in located:
-                address, buffer = located[value.name]
-                results[value.name] = self._download(value.name, address, buffer, tracing.HOST)
-            elif value.name in host:
-                results[value.name] = np.array(host[value.name], copy=True)
+        for name in self._output_names:
+            if name in located:
+                address, buffer = located[name]
+                results[name] = self._download(name, address, buffer, tracing.HOST)
+            elif name in host:
+                results[name] = np.array(host[name], copy=True)
             else:
-                results[value.name] = np.array(self.source.constants[value.name], copy=True)
+                results[name] = np.array(self.source.constants[name], copy=True)
         self.stats.runs += 1
         self._last = ran
         return results

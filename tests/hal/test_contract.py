@@ -170,6 +170,42 @@ def test_a_result_of_the_wrong_shape_or_device_names_the_output():
         foreign.run([x])
 
 
+def test_every_run_is_checked_though_each_signature_is_checked_once():
+    from polyhal import ops
+    from polyhal.hal.checked import CheckedExecutable
+    from polyhal.hal.contract import Executable
+    from polyhal.ir import GraphBuilder, f32
+
+    g = GraphBuilder()
+    g.output(ops.relu(g.input("x", f32["n", 2])), name="y")
+    device = open_device("template")
+
+    class Echo(Executable):  # returns its input, or a queued result
+        def __init__(self):
+            self.results: list[Buffer] = []
+
+        def run(self, inputs):
+            return [self.results.pop()] if self.results else [inputs[0]]
+
+    echo = Echo()
+    checked = CheckedExecutable(device, echo, g.build())
+    x = device.upload(np.ones((3, 2), np.float32))
+    for _ in range(3):  # the checked signature is remembered
+        assert checked.run([x])[0] is x
+    echo.results.append(device.upload(np.ones((4, 2), np.float32)))  # same inputs, bad output
+    with pytest.raises(AdapterContractError, match=r"output 'y': dimension 0 is 4, expected "
+                                                   r"n = 3"):
+        checked.run([x])
+    wrong = device.upload(np.ones((3, 2), np.float64))
+    with pytest.raises(AdapterContractError, match=r"input 'x': got float64\[3, 2\]"):
+        checked.run([wrong])
+    retyped = Buffer(device.inner, TensorType(f32, (3, 2)), x.handle)  # equal, not same
+    assert checked.run([retyped])[0] is retyped
+    echo.results.append(Buffer(device.inner, TensorType(f32, (3, 3)), x.handle))
+    with pytest.raises(AdapterContractError, match="dimension 1 is 3, expected 2"):
+        checked.run([retyped])
+
+
 class _Unreadable:
     """A handle numpy cannot read, so the adapter's download raises."""
 

@@ -194,17 +194,23 @@ def multiply(a: np.ndarray, weights: PackedWeights, out: np.ndarray, relu: bool 
         raise ValueError(f"packed GEMM: [{rows}, {depth}] @ [{weights.depth}, "
                          f"{weights.columns}] into a {list(out.shape)} array that must be "
                          "C-contiguous")
-    if rows == 0 or weights.columns == 0:
-        return out
-    a = np.ascontiguousarray(a)
+    if rows and weights.columns:
+        multiply_unchecked(np.ascontiguousarray(a), weights, out, relu)
+    return out
+
+
+def multiply_unchecked(a: np.ndarray, weights: PackedWeights, out: np.ndarray, relu: bool
+                       ) -> None:
+    """:func:`multiply` for a plan that checked the operands when it was built: ``a``
+    C-contiguous ``[M, K]``, ``out`` C-contiguous ``[M, N]``, with ``M`` and ``N``
+    not zero."""
     count = weights.panels.shape[0]
-    work = rows * depth * weights.columns
-    threads = max(1, min(cpu_threads.count(), count, work // MIN_WORK_PER_THREAD))
-    if threads == 1:
+    threads = min(cpu_threads.count(), count, a.shape[0] * a.shape[1] * weights.columns
+                  // MIN_WORK_PER_THREAD)
+    if threads <= 1:
         _panels(a, weights.panels, weights.bias, out, 0, count, relu)
-        return out
+        return
     bounds = [count * t // threads for t in range(threads + 1)]
     crew.run([functools.partial(_panels, a, weights.panels, weights.bias, out, first, stop,
                                 relu)
               for first, stop in itertools.pairwise(bounds)])
-    return out
