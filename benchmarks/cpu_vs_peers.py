@@ -4,7 +4,10 @@ Every model runs on every runner in one process, after warm-up; latencies are
 medians over interleaved repetitions (runner A, B, C, D, A, B, ...). Peak
 memory is measured per (model, runner) in a fresh subprocess (peak RSS above
 the process's RSS before the runner was built). First-call compile time is
-reported separately.
+reported separately, and so is the first call at a batch size the runner has
+not seen (polyhal `cpu` builds a plan per shape; onnxruntime plans none).
+The `mlp-tiny` row (16-16-16-4 at batch 1) measures the cost of a call
+itself.
 
     python benchmarks/cpu_vs_peers.py           # the full run (RESULTS.md)
     python benchmarks/cpu_vs_peers.py --quick   # small shapes, a few reps (CI)
@@ -29,6 +32,9 @@ import models
 
 THREADS = 2
 RUNNERS = ("polyhal-cpu", "onnxruntime", "polyhal-reference", "onnx-reference")
+NEW_SHAPE_RUNNERS = ("polyhal-cpu", "onnxruntime")
+NEW_BATCHES = 3
+"""Batch sizes never seen before (the workload's plus 1, 2, ...) timed per model."""
 # Issue #5's targets for the full run: cpu / onnxruntime latency at most this,
 # and cpu at least SPEEDUP_OVER_REFERENCE times faster than polyhal `reference`.
 MAX_RATIO_TO_ORT = {"mlp-b1": 2.0, "mlp-b256": 1.2, "cnn-b32": 2.0, "transformer-b8": 1.5}
@@ -37,8 +43,10 @@ SPEEDUP_OVER_REFERENCE = 5.0
 
 def workloads(quick: bool) -> dict[str, tuple[Callable, tuple[int, ...]]]:
     """name -> (graph builder, input shape)."""
+    tiny = (lambda: models.mlp((16, 16, 16, 4)), (1, 16))  # the cost of a call itself
     if quick:
         return {
+            "mlp-tiny": tiny,
             "mlp-b1": (lambda: models.mlp((64, 32, 32, 10)), (1, 64)),
             "mlp-b8": (lambda: models.mlp((64, 32, 32, 10)), (4, 64)),
             "mlp-b256": (lambda: models.mlp((64, 32, 32, 10)), (16, 64)),
@@ -46,6 +54,7 @@ def workloads(quick: bool) -> dict[str, tuple[Callable, tuple[int, ...]]]:
             "transformer-b8": (lambda: models.transformer(16, 32, 4, 64), (2, 16, 32)),
         }
     return {
+        "mlp-tiny": tiny,  # no target in #5
         "mlp-b1": (models.mlp, (1, 784)),
         "mlp-b8": (models.mlp, (8, 784)),  # a small batch: no target in #5
         "mlp-b256": (models.mlp, (256, 784)),
@@ -151,11 +160,24 @@ def bench(quick: bool) -> dict:
             ours = runners["polyhal-cpu"](x)[0]
             results[model] = {
                 "median_ms": {n: 1e3 * float(np.median(t)) for n, t in times.items()},
+                "new_batch_ms": _new_batch_ms(runners, x),
                 "first_call_s": first,
                 "max_abs_diff_vs_ort": float(np.abs(ours - reference_out).max()),
                 "peak_mib": {n: peak_memory(model, n, quick) for n in RUNNERS},
             }
     return results
+
+
+def _new_batch_ms(runners: dict[str, Callable], x: np.ndarray) -> dict[str, float]:
+    """Median ms of the first call at each of :data:`NEW_BATCHES` unseen batch sizes."""
+    times: dict[str, list[float]] = {name: [] for name in NEW_SHAPE_RUNNERS}
+    for extra in range(1, NEW_BATCHES + 1):
+        batch = np.concatenate([x] + [x[:1]] * extra)
+        for name in NEW_SHAPE_RUNNERS:
+            start = time.perf_counter()
+            runners[name](batch)
+            times[name].append(time.perf_counter() - start)
+    return {name: 1e3 * float(np.median(t)) for name, t in times.items()}
 
 
 def report(results: dict, quick: bool) -> None:
@@ -173,6 +195,14 @@ def report(results: dict, quick: bool) -> None:
             print(f"| {model} | {name} | {ms:.3f} | {ms / ort_ms:.2f} | {ms / cpu_ms:.1f}x | "
                   f"{r['first_call_s'][name]:.2f} | {r['peak_mib'][name]:.1f} |")
         print(f"| {model} | (cpu vs ORT max abs diff) | {r['max_abs_diff_vs_ort']:.2e} | | | | |")
+    print("\nFirst call at an unseen batch size (the workload's + 1, 2, 3; median ms):\n")
+    print("| model | polyhal-cpu ms | onnxruntime ms | cpu / ORT | steady cpu ms |")
+    print("|" + " --- |" * 5)
+    for model, r in results.items():
+        new = r["new_batch_ms"]
+        print(f"| {model} | {new['polyhal-cpu']:.3f} | {new['onnxruntime']:.3f} | "
+              f"{new['polyhal-cpu'] / new['onnxruntime']:.2f} | "
+              f"{r['median_ms']['polyhal-cpu']:.3f} |")
     if not quick:  # the targets are for the full shapes
         print("\n| model | cpu / ORT | target | met | reference / cpu | target | met |")
         print("|" + " --- |" * 7)
