@@ -106,6 +106,7 @@ class GraphBuilder:
         self._inputs: list[Value] = []
         self._constants: dict[str, np.ndarray] = {}
         self._nodes: list[Node] = []
+        self._node_names: set[str] = set()
         self._outputs: list[tuple[str, str | None]] = []
         self._types: dict[str, TensorType] = {}
         self._const_values: dict[str, np.ndarray] = {}
@@ -115,8 +116,8 @@ class GraphBuilder:
         while True:
             self._counter += 1
             name = f"{stem}_{self._counter}"
-            if name not in self._types and name not in self._reserved and all(
-                    n.name != name for n in self._nodes):
+            if (name not in self._types and name not in self._reserved
+                    and name not in self._node_names):
                 return name
 
     def _claim(self, name: str, type: TensorType) -> Var:
@@ -211,6 +212,7 @@ class GraphBuilder:
             if t.is_static:
                 current_limits().check_shape(t.shape, f"{where}: output {out_name!r} ({t})")
         outputs = [self._claim(n, t) for n, t in zip(out_names, out_types, strict=True)]
+        self._node_names.add(node_name)
         self._nodes.append(Node(opdef.name, node_name, tuple(v.name if v else "" for v in vars_),
                                 tuple(Value(v.name, v.type) for v in outputs), frozen,
                                 opdef.domain))

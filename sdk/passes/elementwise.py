@@ -2,11 +2,11 @@
 
 A fusion group is a tree of float elementwise nodes of one dtype, joined by
 values that have exactly one consumer (so no intermediate is needed
-elsewhere). :func:`find_groups` finds them and :func:`group_body` writes a
-group as straight-line Python over scalars: ``t0 = ...; t1 = ...``, reading
-its inputs as ``a0, a1, ...``. The body is dialect-neutral; the backend that
-compiles it (``cpu``: a ``numba.vectorize`` ufunc; ``gpu``: a numba.cuda
-kernel) supplies these names:
+elsewhere), of at most :data:`MAX_GROUP_SIZE` nodes. :func:`find_groups`
+finds them and :func:`group_body` writes a group as straight-line Python over
+scalars: ``t0 = ...; t1 = ...``, reading its inputs as ``a0, a1, ...``. The
+body is dialect-neutral; the backend that compiles it (``cpu``: a
+``numba.vectorize`` ufunc; ``gpu``: a numba.cuda kernel) supplies these names:
 
 - ``K``: the compute type, called on every literal (``K(0.5)``);
 - ``math``: ``exp``, ``log1p``, ``expm1``, ``tanh``, ``sin``, ``cos``, ``erf``;
@@ -92,15 +92,23 @@ class FusionGroup:
     source: str = ""
 
 
+MAX_GROUP_SIZE = 32
+"""Nodes one group takes at most: numba's compile time grows faster than the size
+of the generated function (a chain of 200 Add/Relu nodes took 8 s, of 2,000
+over three minutes), while fusing more than a few dozen ops saves little."""
+
+
 def find_groups(graph: Graph, dtypes: Sequence[str], min_size: int = 2,
-                alone: frozenset[str] = frozenset()) -> list[FusionGroup]:
+                alone: frozenset[str] = frozenset(),
+                max_size: int = MAX_GROUP_SIZE) -> list[FusionGroup]:
     """Fusion groups of ``dtypes`` with at least ``min_size`` nodes (or one node of
-    an op in ``alone``), each in topological order (its last node writes the
-    output); ``inputs`` is filled in by :func:`group_body`."""
+    an op in ``alone``) and at most ``max_size``, each in topological order (its
+    last node writes the output); ``inputs`` is filled in by :func:`group_body`."""
     outputs = {v.name for v in graph.outputs}
     members = {node.name: node.name for node in graph.nodes if fusable(node, graph, dtypes)}
-    # A node joins its consumer's group when its output has one consumer, also fusable.
-    groups: dict[str, list[Node]] = {}
+    # A node joins its consumer's group when its output has one consumer, also
+    # fusable, and the group has room.
+    groups: dict[str, list[Node]] = {}  # root -> nodes, last first
     for node in reversed(graph.nodes):
         if node.name not in members:
             continue
@@ -108,15 +116,15 @@ def find_groups(graph: Graph, dtypes: Sequence[str], min_size: int = 2,
         users = graph.consumers.get(out, ())
         if (out not in outputs and len(users) == 1 and users[0].name in members
                 and users[0].outputs[0].type.dtype == node.outputs[0].type.dtype
-                and users[0].inputs.count(out) == 1):
+                and users[0].inputs.count(out) == 1
+                and len(groups[members[users[0].name]]) < max_size):
             members[node.name] = members[users[0].name]
-        groups.setdefault(members[node.name], []).insert(0, node)
+        groups.setdefault(members[node.name], []).append(node)
     result = []
-    for root, nodes in groups.items():
+    for nodes in groups.values():
         if len(nodes) < min_size and nodes[0].op not in alone:
             continue
-        root_node = next(n for n in nodes if n.name == root)
-        result.append(FusionGroup(nodes, root_node.outputs[0].name))
+        result.append(FusionGroup(nodes[::-1], nodes[0].outputs[0].name))
     return result
 
 

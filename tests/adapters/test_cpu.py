@@ -57,6 +57,22 @@ def test_elementwise_chain_becomes_one_fused_step():
     assert len(plan.functions) == 3
 
 
+def test_a_long_elementwise_chain_is_fused_in_groups_of_bounded_size():
+    from polyhal.passes.elementwise import MAX_GROUP_SIZE
+
+    g = GraphBuilder("long")
+    h = x = g.input("x", f32["n", 3])
+    for index in range(2 * MAX_GROUP_SIZE + 6):  # a 2,000-node chain once took minutes
+        h = ops.relu(h) if index % 2 else h + g.constant(np.full(3, -0.25, np.float32))
+    g.output(h * x, name="y")
+    graph = g.build()
+    groups = find_groups(optimize(specialize(graph, {"n": 2})))
+    assert [len(group.nodes) for group in groups] == [MAX_GROUP_SIZE, MAX_GROUP_SIZE, 7]
+    xs = np.linspace(-2, 40, 6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_allclose(polyhal.compile(graph, device="cpu")(xs)["y"],
+                               run(graph, xs)["y"], rtol=1e-6)
+
+
 def test_profile_reports_each_step_of_the_last_run_by_a_unique_name():
     rng = np.random.default_rng(3)
     g = GraphBuilder("twice")
