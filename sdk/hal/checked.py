@@ -62,10 +62,9 @@ class CheckedExecutable(Executable):
         self.graph = graph
         self._where = f"{device.address} Executable.run"
         # Signatures that passed the checks, keyed by the ids of their types. Each
-        # entry holds the types themselves (so no id is reused while it is kept),
-        # which must equal the signature's (tuples compare identical items without
-        # calling __eq__); ``TensorType.of`` returns one object per dtype and shape,
-        # so a steady stream of calls checks each signature once.
+        # entry holds the types themselves, so no id is reused while it is kept: a
+        # key found is the same type objects. ``TensorType.of`` returns one object
+        # per dtype and shape, so a steady stream of calls checks each signature once.
         self._inputs_checked: dict[tuple[int, ...],
                                    tuple[tuple[TensorType, ...], dict[str, int]]] = {}
         self._outputs_checked: dict[tuple[int, ...], tuple[TensorType, ...]] = {}
@@ -82,7 +81,7 @@ class CheckedExecutable(Executable):
         in_types = tuple(map(_TYPE, inputs))
         in_key = tuple(map(id, in_types))
         checked = self._inputs_checked.get(in_key)
-        if checked is None or checked[0] != in_types:
+        if checked is None:
             bindings: dict[str, int] = {}
             for value, t in zip(graph.inputs, in_types, strict=True):
                 _check_type(value.type, t, bindings, self._where, "input", value.name)
@@ -98,8 +97,7 @@ class CheckedExecutable(Executable):
                                            f"{graph.outputs[index].name!r})")
         types = (*in_types, *map(_TYPE, outputs))
         key = tuple(map(id, types))
-        seen = self._outputs_checked.get(key)
-        if seen is None or seen != types:
+        if key not in self._outputs_checked:
             bindings = dict(checked[1])
             for value, t in zip(graph.outputs, types[len(in_types):], strict=True):
                 _check_type(value.type, t, bindings, self._where, "output", value.name)

@@ -47,14 +47,14 @@ def fold_constants(graph: Graph, max_elements: int = FOLD_MAX_ELEMENTS) -> Graph
     concrete). Nodes whose results would exceed ``max_elements`` elements,
     and nodes whose kernels fail, stay in the graph.
     """
-    known: dict[str, np.ndarray] = dict(graph.constants)
     limit = min(max_elements, current_limits().max_elements)
-    if not _any_foldable(graph, limit):
+    if not any(_foldable(node, graph.constants, limit) for node in graph.nodes):
         return graph
+    known: dict[str, np.ndarray] = dict(graph.constants)
 
     def fold(builder: GraphBuilder, node: Node, args: list[Var | None]
              ) -> tuple[Var, ...] | None:
-        if not all((not i) or i in known for i in node.inputs) or not _foldable(node, limit):
+        if not _foldable(node, known, limit):
             return None
         op = get_op(node.op, node.domain)
         attrs = resolve_attrs(op, node.attrs, f"node {node.name!r}")
@@ -71,13 +71,11 @@ def fold_constants(graph: Graph, max_elements: int = FOLD_MAX_ELEMENTS) -> Graph
     return eliminate_dead_code(rebuild(graph, fold))
 
 
-def _any_foldable(graph: Graph, limit: int) -> bool:
-    """True when some node reads only constants (or nothing) and is small enough to fold."""
-    return any(all((not i) or i in graph.constants for i in node.inputs)
-               and _foldable(node, limit) for node in graph.nodes)
-
-
-def _foldable(node: Node, limit: int) -> bool:
+def _foldable(node: Node, known: Mapping[str, np.ndarray], limit: int) -> bool:
+    """True when ``node`` reads only ``known`` values (or nothing) and its results have
+    known sizes of at most ``limit`` elements."""
+    if not all((not i) or i in known for i in node.inputs):
+        return False
     for value in node.outputs:
         count = value.type.num_elements
         if count is None or count > limit:
