@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from polyhal.cache import cache_dir as polyhal_cache_dir
 from polyhal.ir.graph import Graph
 from polyhal.passes import elementwise
 from polyhal.passes.elementwise import FusionGroup
@@ -132,11 +133,9 @@ _loaded: dict[str, Callable[..., Any]] = {}
 
 
 def cache_dir() -> Path:
-    """Where generated kernels live: ``$POLYHAL_CACHE_DIR`` or ``~/.cache/polyhal``."""
-    root = os.environ.get("POLYHAL_CACHE_DIR") or Path.home() / ".cache" / "polyhal"
-    path = Path(root) / "cpu-kernels"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """Where generated kernels live: ``$POLYHAL_CACHE_DIR/cpu-kernels`` (or under
+    ``~/.cache/polyhal``)."""
+    return polyhal_cache_dir("cpu-kernels")
 
 
 def compile_group(group: FusionGroup) -> Callable[..., Any]:

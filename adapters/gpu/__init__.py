@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes.util
 import importlib.util
 import os
+import sys
 from functools import cache
 from typing import Any
 
@@ -139,6 +140,7 @@ class GpuSimAdapter(Adapter):
         if not target.SIMULATED:
             raise DeviceError("gpu-sim runs in a worker process that enables numba's CUDA "
                               "simulator; open it with polyhal.hal.open_device('gpu-sim')")
+        sys.setswitchinterval(target.SIMULATOR_SWITCH_INTERVAL_S)
         return GpuDevice(gpu_capabilities())
 
 

@@ -22,23 +22,22 @@ from typing import Any
 
 import numba
 import numpy as np
-from numba import cuda
 
-from polyhal.adapters.gpu.target import bf16_load, bf16_store
+from polyhal.adapters.gpu.target import bf16_load, bf16_store, device_function
 from polyhal.ir.dtypes import DType
 
 
-@cuda.jit(device=True)
+@device_function
 def _to_f32(x):
     return numba.float32(x)
 
 
-@cuda.jit(device=True)
+@device_function
 def _to_f64(x):
     return numba.float64(x)
 
 
-@cuda.jit(device=True)
+@device_function
 def _same(x):
     return x
 

@@ -5,8 +5,10 @@ fixed by then (see :mod:`polyhal.simulators.gpu`). Everything that differs
 between the two modes lives here, so that every kernel has one source:
 
 - :data:`SIMULATED` and the launch shapes (:func:`grid_1d`, :data:`GEMM_TILE`):
-  the simulator runs each CUDA thread as a Python thread, so it gets small
-  blocks and short threads (:data:`MAX_BLOCKS`); kernels are written with
+  the simulator runs each CUDA thread as a Python thread, so it gets few
+  threads, each looping over many items (:data:`MAX_BLOCKS`), and its
+  interpreter a short switch interval (:data:`SIMULATOR_SWITCH_INTERVAL_S`);
+  kernels are written with
   grid-stride loops and tile sizes as closure constants, so that any shape is
   correct in both modes;
 - the bit casts between float32 and uint32 (libdevice on a GPU, numpy views
@@ -15,12 +17,19 @@ between the two modes lives here, so that every kernel has one source:
 - ``gmath``: the ``math`` functions kernels call (the real module on a GPU;
   numpy ufuncs in the simulator, where Python's ``math`` raises on
   overflow, ``inf`` or a negative ``sqrt`` instead of following IEEE).
+- :func:`device_function`: ``cuda.jit(device=True)`` on a GPU; in the
+  simulator the plain Python function, since a simulated device function
+  takes two locks on each call to swap its module's ``cuda`` global, and
+  simulated threads preempted while holding them queue behind each other
+  (a 12-row LayerNorm took 0.03 to 2 s). No device function here uses
+  ``cuda``, so the swap has nothing to do.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -32,17 +41,32 @@ _config: Any = getattr(cuda, "config", None) or numba.config
 SIMULATED: bool = bool(_config.ENABLE_CUDASIM)
 """True when numba runs kernels on its CUDA simulator."""
 
-THREADS = 32 if SIMULATED else 256
+THREADS = 8 if SIMULATED else 256
 """Threads per block of the 1-D kernels."""
-MAX_BLOCKS = 65535 if SIMULATED else 4096
-"""Blocks of a 1-D grid at most (grid-stride loops cover the rest). The simulator gets
-a thread per item: it runs a block's threads while a Python loop polls them, and a
-thread that runs past the interpreter's switch interval (5 ms) lets that loop take
-the GIL from the others, so long-running simulated threads slow down a thousandfold."""
+MAX_BLOCKS = 4 if SIMULATED else 4096
+"""Blocks of a 1-D grid at most (grid-stride loops cover the rest). The simulator starts
+a Python thread per CUDA thread, so it gets 32 at most, each covering many items (and
+its tests exercise the grid-stride loops). Beside a busy core, the ``ci`` profile's bf16
+L1 and L2 took 58-90 s with up to 128 threads (4 blocks of 32), 27-32 s with 32."""
 
-GEMM_TILE = (8, 8, 4, 2, 2) if SIMULATED else (64, 64, 16, 4, 4)
+GEMM_TILE = (8, 8, 8, 4, 4) if SIMULATED else (64, 64, 16, 4, 4)
 """``(BM, BN, BK, TM, TN)`` of the GEMM kernel: a BM x BN output tile per block,
-BK-deep slabs of A and B in shared memory, TM x TN outputs per thread."""
+BK-deep slabs of A and B in shared memory, TM x TN outputs per thread. The simulator's
+blocks have four threads, so each ``syncthreads`` (a round of its polling loop) waits
+for few."""
+
+SIMULATOR_SWITCH_INTERVAL_S = 0.001
+"""The interpreter's switch interval in a simulator worker (Python's default: 5 ms). The
+simulator runs a block's threads while a Python loop polls them for ``syncthreads``;
+that loop keeps the GIL until another thread has waited a switch interval. A shorter
+one alone took the ``ci`` profile's L1 and L2 from 127 s to 63 s. The worker process is
+the device's, so :class:`~polyhal.adapters.gpu.GpuSimAdapter` sets it on open."""
+
+
+def device_function(function: Callable[..., Any]) -> Callable[..., Any]:
+    """A function kernels call: a CUDA device function on a GPU, ``function`` itself in
+    the simulator (see the module docstring). It must not use ``cuda``."""
+    return function if SIMULATED else cuda.jit(device=True)(function)
 
 
 def grid_1d(count: int) -> tuple[int, int]:
@@ -64,11 +88,11 @@ if SIMULATED:
         cos=np.cos, sqrt=np.sqrt, erf=lambda x: _like(x, math.erf(x)), inf=math.inf,
         nan=math.nan)
 
-    @cuda.jit(device=True)
+    @device_function
     def as_float(bits):
         return np.uint32(bits).view(np.float32)
 
-    @cuda.jit(device=True)
+    @device_function
     def as_bits(value):
         return np.float32(value).view(np.uint32)
 else:
@@ -76,22 +100,22 @@ else:
 
     gmath = math
 
-    @cuda.jit(device=True)
+    @device_function
     def as_float(bits):
         return libdevice.int_as_float(numba.int32(bits))
 
-    @cuda.jit(device=True)
+    @device_function
     def as_bits(value):
         return numba.uint32(libdevice.float_as_int(numba.float32(value)))
 
 
-@cuda.jit(device=True)
+@device_function
 def bf16_load(bits):
     """bfloat16 bits (uint16) -> float32, exactly."""
     return as_float(numba.uint32(bits) << numba.uint32(16))
 
 
-@cuda.jit(device=True)
+@device_function
 def bf16_store(value):
     """float32 -> bfloat16 bits, rounded to nearest even (NaN stays NaN)."""
     if value != value:
@@ -101,7 +125,7 @@ def bf16_store(value):
     return numba.uint16(bits >> numba.uint32(16))
 
 
-@cuda.jit(device=True)
+@device_function
 def tf32_round(value):
     """float32 rounded to TF32 (a 10-bit mantissa), nearest even; inf and NaN kept."""
     bits = as_bits(value)

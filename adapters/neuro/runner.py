@@ -15,7 +15,6 @@ standalone run changes into), so every build and run holds :data:`BRIAN_LOCK`.
 from __future__ import annotations
 
 import functools
-import os
 import threading
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ import numpy as np
 
 from polyhal.adapters.neuro.network import BrianNetwork
 from polyhal.adapters.neuro.plan import NetworkPlan
+from polyhal.cache import cache_dir
 from polyhal.errors import DeviceError
 
 BRIAN_LOCK = threading.RLock()
@@ -36,10 +36,7 @@ TARGETS = ("numpy", "cython", "cpp_standalone")
 
 def cache_root() -> Path:
     """Where standalone projects live: ``$POLYHAL_CACHE_DIR/neuro`` (or ``~/.cache/polyhal``)."""
-    root = os.environ.get("POLYHAL_CACHE_DIR") or Path.home() / ".cache" / "polyhal"
-    path = Path(root) / "neuro"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return cache_dir("neuro")
 
 
 def device_fault(net: BrianNetwork | None, stage: str, exc: BaseException) -> DeviceError:

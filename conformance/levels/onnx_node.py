@@ -7,25 +7,42 @@ with the outputs ONNX ships, at the tolerance ONNX's case gives. Cases whose
 model polyhal cannot import (an attribute value it does not support, say) are
 graded as failures naming the reason; cases the specification cannot settle
 are listed, with reasons, in ``unsettled.toml``.
+
+Collecting the cases runs ONNX's case scripts, which compute every expected
+output with ONNX's own reference (about 14 s, most of it 3-D pooling). The
+eligible cases are therefore kept on disk, under ``$POLYHAL_CACHE_DIR/onnx``
+(:mod:`polyhal.cache`), in one ``.npz`` file read without pickle: the models
+as protobuf bytes, the arrays as raw bytes with their dtype and shape, the
+rest as JSON. Its name holds a digest of what decides its content (the onnx
+version, this module's source, polyhal's core ops and ONNX dtypes); a file
+that does not load is collected again and replaced.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
 import importlib.util
+import json
+import os
 import warnings
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from polyhal.cache import cache_dir
 from polyhal.conformance.cases import Case
 from polyhal.conformance.profiles import Profile
 from polyhal.conformance.tolerances import Tolerance
 from polyhal.errors import ConformanceError, PolyhalError
 from polyhal.hal.capabilities import Capabilities
-from polyhal.ops.registry import lookup
+from polyhal.ir import DType
+from polyhal.ops.registry import all_ops, lookup
 from polyhal.runtime.placement import covers
 
 
@@ -71,7 +88,35 @@ def _eligible(model: Any) -> bool:
 
 @functools.cache
 def node_cases() -> tuple[NodeCase, ...]:
-    """Every eligible node test case of the installed onnx (one per data set)."""
+    """Every eligible node test case of the installed onnx (one per data set), from the
+    disk cache when it holds them."""
+    from google.protobuf.message import DecodeError
+
+    path = cache_dir("onnx", create=False) / f"node-cases-{_content_key()}.npz"
+    try:
+        return _load(path)
+    except (OSError, EOFError, ValueError, KeyError, IndexError, TypeError,
+            zipfile.BadZipFile, DecodeError):
+        pass  # absent, or not a file this version wrote: collect again
+    cases = _collect()
+    with contextlib.suppress(OSError):  # a read-only home still runs the level
+        _save(path, cases)
+    return cases
+
+
+def _content_key() -> str:
+    """A digest of everything the eligible cases depend on."""
+    import onnx
+
+    from polyhal.interop.onnx.dtypes import FROM_ONNX
+
+    parts = [onnx.__version__, Path(__file__).read_text(),
+             ",".join(sorted(op.name for op in all_ops("core"))),
+             ",".join(map(str, sorted(FROM_ONNX)))]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def _collect() -> tuple[NodeCase, ...]:
     from onnx.backend.test.case.node import collect_testcases
 
     with warnings.catch_warnings(), np.errstate(all="ignore"):
@@ -88,6 +133,55 @@ def node_cases() -> tuple[NodeCase, ...]:
                                   tuple(_array(a) for a in outputs), case.rtol, case.atol,
                                   ops))
     return tuple(cases)
+
+
+def _save(path: Path, cases: tuple[NodeCase, ...]) -> None:
+    """Write ``cases`` to ``path`` atomically (a concurrent reader sees the old file or
+    the new one): every model and array as bytes in one blob, the rest as JSON."""
+    chunks: list[bytes] = []
+    size = 0
+
+    def place(data: bytes) -> list[int]:
+        nonlocal size
+        chunks.append(data)
+        size += len(data)
+        return [size - len(data), len(data)]
+
+    meta = []
+    for case in cases:
+        entry: dict[str, Any] = {"name": case.name, "rtol": case.rtol, "atol": case.atol,
+                                 "ops": list(case.ops),
+                                 "model": place(case.model.SerializeToString())}
+        for role, values in (("inputs", case.inputs), ("outputs", case.outputs)):
+            entry[role] = [[DType.from_numpy(a.dtype).value, list(a.shape),
+                            place(np.ascontiguousarray(a).tobytes())] for a in values]
+        meta.append(entry)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+    with open(partial, "wb") as file:
+        np.savez(file, blob=np.frombuffer(b"".join(chunks), np.uint8),
+                 meta=np.frombuffer(json.dumps(meta).encode(), np.uint8))
+    os.replace(partial, path)
+
+
+def _load(path: Path) -> tuple[NodeCase, ...]:
+    """The cases :func:`_save` wrote to ``path``."""
+    from onnx import ModelProto
+
+    with np.load(path, allow_pickle=False) as stored:
+        blob, meta = stored["blob"], json.loads(stored["meta"].tobytes())
+
+    def array(dtype: str, shape: list[int], where: list[int]) -> np.ndarray:
+        start, nbytes = where
+        # copied: a view at an odd offset would be unaligned, which some kernels refuse
+        return blob[start:start + nbytes].view(DType(dtype).numpy).reshape(shape).copy()
+
+    return tuple(NodeCase(entry["name"],
+                          ModelProto.FromString(array("uint8", [-1], entry["model"]).tobytes()),
+                          tuple(array(*spec) for spec in entry["inputs"]),
+                          tuple(array(*spec) for spec in entry["outputs"]),
+                          float(entry["rtol"]), float(entry["atol"]), tuple(entry["ops"]))
+                 for entry in meta)
 
 
 def _refuse(error: PolyhalError, device: Any) -> tuple[bool, str]:

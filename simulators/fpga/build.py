@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from polyhal.cache import cache_dir
 from polyhal.errors import DeviceError, UnsupportedError
 
 RTL_DIR = Path(__file__).resolve().parent / "rtl"
@@ -205,9 +206,7 @@ def check_parameters(params: Mapping[str, object] | None,
 
 def cache_root() -> Path:
     """Where builds are cached."""
-    base = os.environ.get("POLYHAL_CACHE_DIR")
-    root = Path(base) if base else Path.home() / ".cache" / "polyhal"
-    return root / "fpga"
+    return cache_dir("fpga", create=False)
 
 
 def rtl_sources() -> list[Path]:

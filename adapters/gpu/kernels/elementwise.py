@@ -18,37 +18,37 @@ import numba
 from numba import cuda
 
 from polyhal.adapters.gpu.storage import Storage
-from polyhal.adapters.gpu.target import bf16_load, bf16_store, gmath
+from polyhal.adapters.gpu.target import bf16_load, bf16_store, device_function, gmath
 
 
-@cuda.jit(device=True)
+@device_function
 def _relu(x, zero):
     return x if x > 0 or x != x else zero
 
 
-@cuda.jit(device=True)
+@device_function
 def _max(a, b):
     return a if a > b or a != a else b
 
 
-@cuda.jit(device=True)
+@device_function
 def _min(a, b):
     return a if a < b or a != a else b
 
 
-@cuda.jit(device=True)
+@device_function
 def _pow(a, b):
     return a ** b
 
 
-@cuda.jit(device=True)
+@device_function
 def _floor(x):
     if not abs(x) < 4503599627370496.0:  # NaN, infinities and floats without a fraction
         return x
     return x - x % 1
 
 
-@cuda.jit(device=True)
+@device_function
 def _ceil(x):
     if not abs(x) < 4503599627370496.0:
         return x

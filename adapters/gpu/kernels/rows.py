@@ -15,12 +15,12 @@ import numba
 from numba import cuda
 
 from polyhal.adapters.gpu.storage import Storage
-from polyhal.adapters.gpu.target import gmath
+from polyhal.adapters.gpu.target import device_function, gmath
 
 REDUCTIONS = ("sum", "mean", "max", "min", "prod")
 
 
-@cuda.jit(device=True)
+@device_function
 def _offset(xmap, i, mapped):
     """Where element ``i`` of the rows lives: through the map, or at ``i``."""
     return xmap[i] if mapped else i
