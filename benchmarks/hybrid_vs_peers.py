@@ -36,7 +36,7 @@ with parameter-shift gradients on Aer. A peer whose package is missing is
 reported as ``skipped: <reason>`` and the others still run.
 
     python benchmarks/hybrid_vs_peers.py              # the full run: 200 train points, 10 epochs
-    python benchmarks/hybrid_vs_peers.py --quick      # CI: 40 train points, 2 epochs
+    python benchmarks/hybrid_vs_peers.py --quick      # CI: 20 train points (one batch), 2 epochs
     python benchmarks/hybrid_vs_peers.py --epochs 5   # another number of epochs
     python benchmarks/hybrid_vs_peers.py --json rows.json   # also write the rows as JSON
 """
@@ -65,7 +65,7 @@ LEARNING_RATE = 0.05
 BATCH = 20
 EPOCHS = 10
 QUICK_EPOCHS = 2
-QUICK_TRAIN = 40
+QUICK_TRAIN = 20
 POLYHAL_NAMES = ("polyhal exact (adjoint)", "polyhal shots=1024 (parameter-shift, Aer)")
 PENNYLANE_DEFAULT = "PennyLane default.qubit (backprop)"
 PENNYLANE_LIGHTNING = "PennyLane lightning.qubit (adjoint)"
@@ -85,8 +85,8 @@ class MoonsData:
 
 
 def load_data(quick: bool) -> MoonsData:
-    """``two_moons(300, seed=0, noise=0.1)``: train on the first 200 points (the first 40
-    with ``quick``), test on the last 100."""
+    """``two_moons(300, seed=0, noise=0.1)``: train on the first 200 points (the first
+    :data:`QUICK_TRAIN` with ``quick``), test on the last 100."""
     x, y = two_moons(300, seed=0, noise=0.1)
     x, y = np.asarray(x, np.float64), np.asarray(y, np.int64)
     train = QUICK_TRAIN if quick else 200
