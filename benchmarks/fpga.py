@@ -19,7 +19,7 @@ by ``polyhal.passes.quantize`` (per-channel weights, activations calibrated on
 int8 and their difference in percentage points.
 
     python benchmarks/fpga.py            # the full run (Icarus's 256^3 takes minutes)
-    python benchmarks/fpga.py --quick    # CI: 64^3 on both, 256^3 on Verilator, 2 repeats
+    python benchmarks/fpga.py --quick    # CI: 64^3 on both simulators, 256^3 on Verilator
 """
 
 from __future__ import annotations
@@ -109,8 +109,7 @@ def measure_gemm(device: FpgaDevice, size: int, repeats: int = 5) -> GemmRow:
 
 def gemm_rows(quick: bool) -> list[GemmRow]:
     """Every GEMM row of the run: 64^3 and 256^3 on each simulator (``quick``: 256^3
-    on Verilator only, Icarus running about 30x slower, and medians of 2 repetitions,
-    not 5)."""
+    on Verilator only; Icarus runs about 30x slower)."""
     rows = []
     for simulator in ("verilator", "icarus"):
         sizes = (64,) if quick and simulator == "icarus" else (64, 256)
@@ -118,8 +117,7 @@ def gemm_rows(quick: bool) -> list[GemmRow]:
         try:
             for size in sizes:
                 slow = simulator == "icarus" and size > 64
-                repeats = 1 if slow else 2 if quick else 5
-                rows.append(measure_gemm(device, size, repeats=repeats))
+                rows.append(measure_gemm(device, size, repeats=1 if slow else 5))
         finally:
             device.close()
     return rows
