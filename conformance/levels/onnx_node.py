@@ -99,7 +99,7 @@ def node_cases() -> tuple[NodeCase, ...]:
             zipfile.BadZipFile, DecodeError):
         pass  # absent, or not a file this version wrote: collect again
     cases = _collect()
-    with contextlib.suppress(OSError):  # a read-only home still runs the level
+    with contextlib.suppress(OSError, PolyhalError):  # the cache is an aid, never a failure
         _save(path, cases)
     return cases
 
@@ -158,10 +158,13 @@ def _save(path: Path, cases: tuple[NodeCase, ...]) -> None:
         meta.append(entry)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-    with open(partial, "wb") as file:
-        np.savez(file, blob=np.frombuffer(b"".join(chunks), np.uint8),
-                 meta=np.frombuffer(json.dumps(meta).encode(), np.uint8))
-    os.replace(partial, path)
+    try:
+        with open(partial, "wb") as file:
+            np.savez(file, blob=np.frombuffer(b"".join(chunks), np.uint8),
+                     meta=np.frombuffer(json.dumps(meta).encode(), np.uint8))
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def _load(path: Path) -> tuple[NodeCase, ...]:

@@ -74,3 +74,12 @@ def test_a_damaged_cache_is_collected_again_and_replaced(collected, tmp_path, da
     assert calls == [1, 1]
     assert all(_same(a, b) for a, b in zip(onnx_node._load(path), some, strict=True))
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no partial file left
+
+
+def test_a_cache_that_cannot_be_written_leaves_the_cases_and_no_partial_file(
+        collected, tmp_path):
+    some, calls = collected
+    (tmp_path / "onnx").write_text("a file where the folder should be")
+    assert all(_same(a, b) for a, b in zip(_fresh_cases(), some, strict=True))
+    assert calls == [1]
+    assert [p.name for p in tmp_path.iterdir()] == ["onnx"]
