@@ -266,6 +266,18 @@ def _describe_exit(code: int | None) -> str:
     return f"worker exited with exit code {code}"
 
 
+def _main_guard_hint() -> str:
+    """What most often kills a spawned worker before it answers: ``spawn`` runs the top
+    level of the parent's main script in the worker first, and a script that starts
+    devices there makes the worker start one too, which multiprocessing refuses."""
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    if not path:
+        return ""
+    return (f"A worker first runs the top level of the main script "
+            f"({os.path.basename(path)}); if it opens devices or runs conformance outside "
+            "`if __name__ == \"__main__\":`, move that work under it")
+
+
 _BOOTSTRAP = """\
 import os
 os.environ.update(env)
@@ -331,6 +343,11 @@ class ProcessChannel(Channel):
             self.kill()
             return "the connection to the worker broke; worker killed"
         return _describe_exit(self._process.exitcode)
+
+    @property
+    def exitcode(self) -> int | None:
+        """The worker's exit code (``None`` while it runs; negative: killed by a signal)."""
+        return self._process.exitcode
 
     def is_alive(self) -> bool:
         return os.getpid() == self._pid and self._process.is_alive()
@@ -733,6 +750,13 @@ class IsolatedDevice(Device):
             self._exchange(channel, "worker start (Adapter.open)", "open",
                            (spec.adapter_path, spec.adapter_name, spec.index,
                             dict(spec.options)), max(self._slow_timeout, MIN_START_TIMEOUT))
+        except DeviceCrashError as exc:
+            self._drop_worker()
+            exited_1 = isinstance(channel, ProcessChannel) and channel.exitcode == 1
+            hint = _main_guard_hint() if exited_1 else ""
+            if hint:
+                raise DeviceCrashError(f"{exc}. {hint}") from None
+            raise
         except BaseException:
             self._drop_worker()  # a worker without a device is of no use
             raise

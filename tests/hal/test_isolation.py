@@ -6,6 +6,8 @@ import concurrent.futures
 import gc
 import multiprocessing
 import os
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -223,6 +225,29 @@ def test_open_error_comes_back_and_leaves_no_worker():
         device.upload(np.zeros(2, np.float32))
     assert inner(device)._holder[0] is None
     device.close()
+
+
+def test_a_script_without_a_main_guard_is_told_why_its_worker_died(tmp_path):
+    """spawn runs the script's top level in the worker, which then tries to start a worker
+    of its own; the error names the script and the fix."""
+    script = tmp_path / "unguarded.py"
+    script.write_text("import numpy as np\nimport polyhal.hal as hal\n"
+                      "device = hal.open_device('template', isolate=True)\n"
+                      "device.upload(np.zeros(2, np.float32))\n")
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                            timeout=120, cwd=tmp_path)
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert "DeviceCrashError" in last and "exit code 1" in last, result.stderr[-2000:]
+    assert "(unguarded.py)" in last and 'if __name__ == "__main__":' in last
+
+    guarded = tmp_path / "guarded.py"
+    guarded.write_text(script.read_text().replace("device =", "if __name__ == '__main__':\n"
+                                                   "    device =").replace(
+        "\ndevice.upload", "\n    device.upload"))
+    ok = subprocess.run([sys.executable, str(guarded)], capture_output=True, text=True,
+                        timeout=120, cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr[-2000:]
 
 
 def test_no_leak_over_many_cycles(template):
