@@ -750,15 +750,11 @@ class IsolatedDevice(Device):
             self._exchange(channel, "worker start (Adapter.open)", "open",
                            (spec.adapter_path, spec.adapter_name, spec.index,
                             dict(spec.options)), max(self._slow_timeout, MIN_START_TIMEOUT))
-        except DeviceCrashError as exc:
-            self._drop_worker()
-            exited_1 = isinstance(channel, ProcessChannel) and channel.exitcode == 1
-            hint = _main_guard_hint() if exited_1 else ""
-            if hint:
-                raise DeviceCrashError(f"{exc}. {hint}") from None
-            raise
-        except BaseException:
+        except BaseException as exc:
             self._drop_worker()  # a worker without a device is of no use
+            if (isinstance(exc, DeviceCrashError) and isinstance(channel, ProcessChannel)
+                    and channel.exitcode == 1 and (hint := _main_guard_hint())):
+                raise DeviceCrashError(f"{exc}. {hint}") from None
             raise
         self.start_seconds = time.perf_counter() - started
         return channel

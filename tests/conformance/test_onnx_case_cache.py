@@ -16,13 +16,17 @@ def _same(a: onnx_node.NodeCase, b: onnx_node.NodeCase) -> bool:
                     for x, y in arrays))
 
 
+def _all_same(xs: tuple[onnx_node.NodeCase, ...], ys: tuple[onnx_node.NodeCase, ...]) -> bool:
+    return all(_same(a, b) for a, b in zip(xs, ys, strict=True))
+
+
 def test_the_cache_holds_every_case_byte_for_byte(tmp_path):
     cases = onnx_node.node_cases()
     path = tmp_path / "cases.npz"
     onnx_node._save(path, cases)
     loaded = onnx_node._load(path)
     assert len(loaded) == len(cases) > 600
-    assert all(_same(a, b) for a, b in zip(cases, loaded, strict=True))
+    assert _all_same(cases, loaded)
     dtypes = {str(x.dtype) for case in loaded for x in case.inputs}
     assert {"bfloat16", "float16", "bool", "int64"} <= dtypes
     assert all(x.flags.aligned and x.flags.writeable for case in loaded for x in case.inputs)
@@ -48,11 +52,11 @@ def _fresh_cases() -> tuple[onnx_node.NodeCase, ...]:
 
 def test_cases_are_collected_once_then_loaded(collected, tmp_path):
     some, calls = collected
-    assert all(_same(a, b) for a, b in zip(_fresh_cases(), some, strict=True))
+    assert _all_same(_fresh_cases(), some)
     assert calls == [1]
     files = list((tmp_path / "onnx").iterdir())
     assert len(files) == 1 and files[0].name.startswith("node-cases-")
-    assert all(_same(a, b) for a, b in zip(_fresh_cases(), some, strict=True))
+    assert _all_same(_fresh_cases(), some)
     assert calls == [1]
 
 
@@ -70,9 +74,9 @@ def test_a_damaged_cache_is_collected_again_and_replaced(collected, tmp_path, da
     else:
         path.write_bytes({"empty": b"", "truncated": good[:len(good) // 2],
                           "not a zip": b"polyhal"}[damage])
-    assert all(_same(a, b) for a, b in zip(_fresh_cases(), some, strict=True))
+    assert _all_same(_fresh_cases(), some)
     assert calls == [1, 1]
-    assert all(_same(a, b) for a, b in zip(onnx_node._load(path), some, strict=True))
+    assert _all_same(onnx_node._load(path), some)
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no partial file left
 
 
@@ -80,6 +84,6 @@ def test_a_cache_that_cannot_be_written_leaves_the_cases_and_no_partial_file(
         collected, tmp_path):
     some, calls = collected
     (tmp_path / "onnx").write_text("a file where the folder should be")
-    assert all(_same(a, b) for a, b in zip(_fresh_cases(), some, strict=True))
+    assert _all_same(_fresh_cases(), some)
     assert calls == [1]
     assert [p.name for p in tmp_path.iterdir()] == ["onnx"]
