@@ -39,6 +39,7 @@ import numpy as np
 from polyhal.adapters.cpu.fusion import FusionGroup, find_groups, fused_step
 from polyhal.adapters.cpu.kernels import FAST_KERNELS, linalg
 from polyhal.adapters.cpu.kernels.conv import Conv2dLowering
+from polyhal.errors import ExecutionError, PolyhalError
 from polyhal.hal.derived import DerivedConstants
 from polyhal.ir.graph import Graph, Node, Value
 from polyhal.ir.types import TensorType
@@ -616,12 +617,19 @@ class Plan:
             # set once per run rather than once per step.
             seconds = [0.0] * len(self.functions)
             clock = time.perf_counter
-            with np.errstate(all="ignore"):
-                start = clock()
-                for index, function in enumerate(self.functions):
-                    function(env, arena)
-                    now = clock()
-                    seconds[index], start = now - start, now
+            index = 0
+            try:
+                with np.errstate(all="ignore"):
+                    start = clock()
+                    for index, function in enumerate(self.functions):
+                        function(env, arena)
+                        now = clock()
+                        seconds[index], start = now - start, now
+            except PolyhalError:
+                raise
+            except Exception as exc:  # bad data (an index out of range, say): not a fault
+                raise ExecutionError(f"cpu: step {self.step_names[index]!r} failed: "
+                                     f"{type(exc).__name__}: {exc}") from exc
             self.last_seconds = seconds
             return [np.array(env[s], copy=True, order="C") if copy
                     else np.asarray(env[s], order="C")

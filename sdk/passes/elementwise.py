@@ -18,6 +18,7 @@ body is dialect-neutral; the backend that compiles it (``cpu``: a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -53,6 +54,18 @@ def fusable(node: Node, graph: Graph, dtypes: Sequence[str]) -> bool:
                                    for i in node.inputs)
 
 
+def literal(value: float) -> str:
+    """``value`` as Python source: ``repr`` of a finite float, else ``math.inf``,
+    ``-math.inf`` or ``math.nan`` (``repr`` gives ``inf`` and ``nan``, which are no
+    names in the generated code)."""
+    number = float(value)
+    if math.isnan(number):
+        return "math.nan"
+    if math.isinf(number):
+        return "math.inf" if number > 0 else "-math.inf"
+    return repr(number)
+
+
 def expression(node: Node, args: Sequence[str]) -> str:
     """The expression of one node over argument expressions ``args``."""
     op = get_op(node.op, node.domain)
@@ -71,9 +84,9 @@ def expression(node: Node, args: Sequence[str]) -> str:
         return result
     x = args[0]
     if node.op == "LeakyRelu":
-        return f"({x} if {x} >= 0 or {x} != {x} else K({attrs['alpha']!r}) * {x})"
+        return f"({x} if {x} >= 0 or {x} != {x} else K({literal(attrs['alpha'])}) * {x})"
     if node.op == "Elu":
-        return (f"({x} if {x} >= 0 or {x} != {x} else K({attrs['alpha']!r}) "
+        return (f"({x} if {x} >= 0 or {x} != {x} else K({literal(attrs['alpha'])}) "
                 f"* math.expm1({x}))")
     if attrs["approximate"] == "tanh":
         return (f"(K(0.5) * {x} * (K(1.0) + math.tanh(K(0.7978845608028654) * ({x} "
@@ -144,7 +157,7 @@ def group_body(graph: Graph, group: FusionGroup) -> list[str]:
             if value in inside:
                 args.append(names[value])
             elif value in graph.constants and graph.constants[value].size == 1:
-                args.append(f"K({float(graph.constants[value].reshape(-1)[0])!r})")
+                args.append(f"K({literal(graph.constants[value].reshape(-1)[0])})")
             else:
                 if value not in group.inputs:
                     group.inputs.append(value)

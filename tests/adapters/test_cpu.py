@@ -23,8 +23,9 @@ from polyhal.adapters.cpu.fusion import cache_dir, find_groups
 from polyhal.adapters.cpu.kernels import conv, packed_gemm
 from polyhal.adapters.cpu.plan import PlanBuilder
 from polyhal.conformance import run_suite
+from polyhal.errors import ExecutionError
 from polyhal.hal import CompileOptions, open_device
-from polyhal.ir import Graph, GraphBuilder, f16, f32, f64
+from polyhal.ir import Graph, GraphBuilder, f16, f32, f64, i64
 from polyhal.passes import specialize
 from polyhal.reference import run
 
@@ -427,3 +428,29 @@ def test_batched_matmul_into_the_arena_is_one_folded_product(shape, k, n):
     actual = polyhal.compile(graph, device="cpu")(a)["y"]
     np.testing.assert_allclose(actual, run(graph, a)["y"], rtol=1e-6, atol=1e-6)
     assert actual.shape == (*shape[:-1], n)
+
+
+def test_non_finite_constants_and_attributes_compile_into_fused_loops():
+    g = GraphBuilder("non_finite")
+    x = g.input("x", f32["n", 3])
+    g.output(ops.tanh(x) * np.float32(np.inf) + 1, name="inf")
+    g.output(ops.relu(x) * np.float32(-np.inf) - np.float32(np.nan), name="nan")
+    g.output(ops.leaky_relu(x - 1, alpha=float("nan")) * 2, name="alpha")
+    graph = g.build()
+    xs = np.array([[-1, 0, 2], [np.nan, 1, -3]], np.float32)
+    got = polyhal.compile(graph, device="cpu")(xs)
+    want = run(graph, xs)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+def test_bad_data_is_an_execution_error_naming_the_step_not_a_device_fault():
+    g = GraphBuilder("lookup")
+    table = g.input("table", f32[4, 3])
+    index = g.input("index", i64[2])
+    g.output(g.op("Gather", table, index, axis=0) + 1.0, name="y")
+    compiled = polyhal.compile(g.build(), device="cpu")
+    with pytest.raises(ExecutionError, match=r"step 'gather_\d+' failed: IndexError: index 7"):
+        compiled(np.ones((4, 3), np.float32), np.array([0, 7]))
+    np.testing.assert_array_equal(  # the device is still fine
+        compiled(np.ones((4, 3), np.float32), np.array([0, 3]))["y"], np.full((2, 3), 2.0))

@@ -233,3 +233,10 @@ def test_passes_preserve_results_on_random_graphs(case):
     optimized = apply_rules(simplify(graph), FUSION_RULES)
     np.testing.assert_allclose(run(optimized, x)["y"], expected, rtol=1e-9, atol=1e-12)
     assert len(optimized.nodes) <= len(graph.nodes)
+
+
+def test_literals_of_generated_loops_name_non_finite_values():
+    from polyhal.passes.elementwise import literal
+
+    assert [literal(v) for v in (1.5, np.float32(0.25), np.inf, -np.inf, np.nan)] == [
+        "1.5", "0.25", "math.inf", "-math.inf", "math.nan"]
