@@ -34,7 +34,7 @@ from polyhal.hal import (
     Profile,
 )
 from polyhal.hal.derived import DerivedConstants
-from polyhal.hal.host import HostMemoryDevice, check_single_device
+from polyhal.hal.host import HostMemoryDevice, check_known_options, check_single_device
 from polyhal.ir import Graph, TensorType
 from polyhal.ops import all_ops
 from polyhal.passes import FUSION_RULES, apply_rules, simplify, specialize_to
@@ -128,8 +128,8 @@ class CpuDevice(HostMemoryDevice):
 
 def set_threads(threads: int) -> None:
     """Use ``threads`` threads in BLAS, numba and the direct Conv kernel."""
-    if threads < 1:
-        raise UnsupportedError(f"cpu: threads must be >= 1, got {threads}")
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise UnsupportedError(f"cpu: threads must be >= 1 (an integer), got {threads!r}")
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(threads)
@@ -156,8 +156,5 @@ class CpuAdapter(Adapter):
 
     def open(self, index: int = 0, **options: Any) -> Device:
         check_single_device(self.name, index)
-        unknown = set(options) - {"threads"}
-        if unknown:
-            raise UnsupportedError(f"cpu: unknown option(s) {', '.join(sorted(unknown))} "
-                                   "(known: threads)")
+        check_known_options(self.name, options, ("threads",))
         return CpuDevice(threads=options.get("threads"))

@@ -21,7 +21,7 @@ from polyhal.hal import (
     DeviceInfo,
     Executable,
 )
-from polyhal.hal.host import HostMemoryDevice, check_single_device
+from polyhal.hal.host import HostMemoryDevice, check_known_options, check_single_device
 from polyhal.ir import Graph, TensorType
 from polyhal.ops import all_ops
 from polyhal.reference import ReferenceExecutor
@@ -83,4 +83,5 @@ class ReferenceAdapter(Adapter):
 
     def open(self, index: int = 0, **options: Any) -> Device:
         check_single_device(self.name, index)
+        check_known_options(self.name, options, ())
         return ReferenceDevice()

@@ -105,6 +105,10 @@ class TemplateAdapter(Adapter):
         return [DeviceInfo(self.name, 0, "template (numpy on the host)")]
 
     def open(self, index: int = 0, **options: Any) -> Device:
+        # Refuse what you do not understand: a misspelt option must not pass silently.
         if index != 0:
             raise UnsupportedError(f"template has one device (index 0), not {index}")
+        if options:
+            raise UnsupportedError(f"template: unknown option(s) {', '.join(sorted(options))} "
+                                   "(known: none)")
         return TemplateDevice()

@@ -69,14 +69,42 @@ def _finish(builder: GraphBuilder, graph: Graph, env: dict[str, Var],
     return eliminate_dead_code(builder.build())
 
 
-def _wrt(graph: Graph, wrt: Sequence[str] | str | None) -> list[str]:
-    names = [wrt] if isinstance(wrt, str) else list(wrt) if wrt is not None else (
-        _float_inputs(graph))
+def _check_graph(graph: object, where: str) -> None:
+    if not isinstance(graph, Graph):
+        raise IRError(f"{where}: expected a Graph, got {type(graph).__name__}")
+
+
+def _names(value: object, argument: str, what: str, where: str) -> list[str]:
+    """``value`` (one name or a list of distinct names) as a list; an ``IRError``
+    naming ``argument`` otherwise."""
+    names = [value] if isinstance(value, str) else value
+    if (not isinstance(names, list | tuple)
+            or not all(isinstance(name, str) for name in names)):
+        raise IRError(f"{where}: {argument}={value!r} must be an {what} name or a list of "
+                      f"{what} names")
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise IRError(f"{where}: {argument} lists {', '.join(map(repr, repeated))} more than "
+                      "once")
+    return list(names)
+
+
+def _wrt(graph: Graph, wrt: Sequence[str] | str | None, where: str) -> list[str]:
+    _check_graph(graph, where)
+    names = _float_inputs(graph) if wrt is None else _names(wrt, "wrt", "input", where)
     check_differentiable(graph, names, "input")
+    if not names and wrt is None:
+        raise IRError(f"{where}: graph {graph.name!r} has no floating-point input to "
+                      "differentiate with respect to")
     if not names:
-        raise IRError(f"graph {graph.name!r} has no floating-point input to differentiate "
-                      "with respect to")
+        raise IRError(f"{where}: wrt={wrt!r} names no input")
     return names
+
+
+def _of(graph: Graph, of: Sequence[str] | str | None, where: str) -> list[str]:
+    outputs = _float_outputs(graph) if of is None else _names(of, "of", "output", where)
+    check_differentiable(graph, outputs, "output")
+    return outputs
 
 
 def _gradient_or_zeros(found: Var | None, env: dict[str, Var], name: str) -> Var:
@@ -114,13 +142,15 @@ def grad(graph: Graph, wrt: Sequence[str] | str | None = None, of: str | None = 
     integer or boolean values are an :class:`~polyhal.errors.IRError`; an op
     that cannot be differentiated an :class:`~polyhal.errors.UnsupportedError`.
     """
-    names = _wrt(graph, wrt)
+    names = _wrt(graph, wrt, "grad")
     if of is None:
         outputs = [v.name for v in graph.outputs]
         if len(outputs) != 1:
             raise IRError(f"graph {graph.name!r} has {len(outputs)} outputs "
                           f"({', '.join(outputs)}): name the one to differentiate with of=")
         of = outputs[0]
+    if not isinstance(of, str):
+        raise IRError(f"grad: of={of!r} must be the name of one output (vjp takes several)")
     check_differentiable(graph, [of], "output")
     return _vjp_graph(graph, names, [of], f"grad_{graph.name}", cotangent_inputs=False)[0]
 
@@ -131,10 +161,8 @@ def vjp(graph: Graph, wrt: Sequence[str] | str | None = None,
     per output in ``of`` (default: every floating-point output), typed like that
     output, and one more output ``grad_<input>`` per input in ``wrt``: the sum over
     outputs of cotangent times the output's Jacobian."""
-    names = _wrt(graph, wrt)
-    outputs = [of] if isinstance(of, str) else list(of) if of is not None else (
-        _float_outputs(graph))
-    check_differentiable(graph, outputs, "output")
+    names = _wrt(graph, wrt, "vjp")
+    outputs = _of(graph, of, "vjp")
     built, _, _ = _vjp_graph(graph, names, outputs, f"vjp_{graph.name}")
     return built
 
@@ -148,10 +176,8 @@ def jvp(graph: Graph, wrt: Sequence[str] | str | None = None,
     Built by transposing the vjp (the vjp is linear in its cotangents, so its own
     vjp with respect to them is the jvp); no forward-mode rules are needed.
     """
-    names = _wrt(graph, wrt)
-    outputs = [of] if isinstance(of, str) else list(of) if of is not None else (
-        _float_outputs(graph))
-    check_differentiable(graph, outputs, "output")
+    names = _wrt(graph, wrt, "jvp")
+    outputs = _of(graph, of, "jvp")
     first, cotangents, grads = _vjp_graph(graph, names, outputs, "jvp_first")
     second, tangents, transposed = _vjp_graph(first, list(cotangents.values()),
                                               list(grads.values()), "jvp_second")

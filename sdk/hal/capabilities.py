@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from numbers import Integral
 from types import MappingProxyType
 
 from polyhal.errors import AdapterContractError
@@ -22,6 +23,24 @@ PRECISIONS = frozenset({"fp32", "tf32", "fp16", "bf16"})
 
 def _qualify(op: str) -> str:
     return op if "." in op else f"core.{op}"
+
+
+def _strings(field_name: str, value: object) -> frozenset[str]:
+    """``value`` (a collection of strings) as a frozenset, or an AdapterContractError."""
+    items = None if isinstance(value, str) or not isinstance(value, Iterable) else tuple(value)
+    if items is None or not all(isinstance(item, str) for item in items):
+        raise AdapterContractError(f"Capabilities.{field_name}={value!r} must be a collection "
+                                   "of strings")
+    return frozenset(items)
+
+
+def _integer(field_name: str, value: object, low: int, high: int | None,
+             expected: str) -> int:
+    """``value`` as an int within ``[low, high]``, or an AdapterContractError."""
+    if (isinstance(value, bool) or not isinstance(value, Integral) or value < low
+            or (high is not None and value > high)):
+        raise AdapterContractError(f"Capabilities.{field_name}={value!r} must be {expected}")
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -75,16 +94,20 @@ class Capabilities:
                     f"{', '.join(sorted(d.value for d in extra))}")
             ops[name] = parsed
         object.__setattr__(self, "ops", MappingProxyType(ops))
-        precisions = frozenset(self.precisions)
+        precisions = _strings("precisions", self.precisions)
         if not precisions <= PRECISIONS or "fp32" not in precisions:
             raise AdapterContractError(f"Capabilities.precisions: {sorted(precisions)} must "
                                        f"include fp32 and lie within {sorted(PRECISIONS)}")
         object.__setattr__(self, "precisions", precisions)
-        object.__setattr__(self, "tags", frozenset(self.tags))
-        if self.memory_bytes is not None and self.memory_bytes <= 0:
-            raise AdapterContractError("Capabilities.memory_bytes must be positive")
-        if not 0 <= self.max_rank <= 64:
-            raise AdapterContractError("Capabilities.max_rank must lie in [0, 64]")
+        object.__setattr__(self, "tags", _strings("tags", self.tags))
+        if not isinstance(self.dynamic_shapes, bool):
+            raise AdapterContractError(f"Capabilities.dynamic_shapes={self.dynamic_shapes!r} "
+                                       "must be True or False")
+        if self.memory_bytes is not None:
+            object.__setattr__(self, "memory_bytes", _integer(
+                "memory_bytes", self.memory_bytes, 1, None, "a positive integer or None"))
+        object.__setattr__(self, "max_rank", _integer("max_rank", self.max_rank, 0, 64,
+                                                      "an integer in [0, 64]"))
 
     def __reduce__(self) -> tuple:
         return (Capabilities, (dict(self.ops), self.dynamic_shapes, self.precisions,

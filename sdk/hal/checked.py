@@ -1,16 +1,19 @@
 """Run-time enforcement of the HAL contract.
 
 Every device the runtime or the conformance suite opens is wrapped in a
-:class:`CheckedDevice`: a result of the wrong dtype or shape, or a buffer from
-another device, raises :class:`AdapterContractError` naming the adapter and
-the call; any other exception escaping an adapter becomes a
-:class:`DeviceError` (``PolyhalError`` subclasses pass through unchanged).
+:class:`CheckedDevice`: a result of the wrong type, dtype or shape, or a buffer
+from another device, raises :class:`AdapterContractError` naming the adapter
+and the call; any other exception escaping an adapter becomes a
+:class:`DeviceError` (``PolyhalError`` subclasses pass through unchanged). The
+caller's arguments are checked before the adapter sees them: a wrong one is the
+caller's error (:class:`InputBindingError` for arrays and buffers, a
+:class:`PolyhalError` otherwise), never blamed on the adapter.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -18,12 +21,14 @@ import numpy as np
 from polyhal.errors import (
     AdapterContractError,
     DeviceError,
+    InputBindingError,
     IRError,
     PolyhalError,
     UnsupportedError,
 )
 from polyhal.hal.capabilities import Capabilities
 from polyhal.hal.contract import (
+    Adapter,
     Buffer,
     CompileOptions,
     Device,
@@ -49,6 +54,26 @@ def guarded(where: str, call: Callable[..., T], *args: Any) -> T:
         raise DeviceError(f"{where} raised {type(exc).__name__}: {exc}") from exc
 
 
+def open_checked(adapter: Adapter, index: int, options: Mapping[str, Any]) -> Device:
+    """``adapter.open(index, **options)``, checked, with the device's ``adapter`` and
+    ``index`` set. Options an adapter does not take are its to refuse (with
+    :class:`UnsupportedError`); any other exception escaping ``open`` is the device
+    failing to open, a :class:`DeviceError` naming the options."""
+    where = f"{adapter.name}:{index} Adapter.open"
+    try:
+        device = adapter.open(index, **options)
+    except PolyhalError:
+        raise
+    except Exception as exc:
+        given = ", ".join(f"{k}={v!r}" for k, v in options.items()) or "no options"
+        raise DeviceError(f"{where} ({given}) raised {type(exc).__name__}: {exc}") from exc
+    if not isinstance(device, Device):
+        raise AdapterContractError(f"{where} returned {type(device).__name__}, not a Device")
+    device.adapter = adapter
+    device.index = index
+    return device
+
+
 class CheckedExecutable(Executable):
     """An executable whose every run is checked against the graph's types."""
 
@@ -72,12 +97,12 @@ class CheckedExecutable(Executable):
     def run(self, inputs: Sequence[Buffer]) -> list[Buffer]:
         # Runs on every call: messages are formatted only for an error.
         device, graph = self.device, self.graph
-        if len(inputs) != len(graph.inputs):
-            raise AdapterContractError(f"{self._where}: {len(inputs)} buffers given, graph "
-                                       f"{graph.name!r} takes {len(graph.inputs)}")
-        for buffer in inputs:
+        if not isinstance(inputs, list | tuple) or len(inputs) != len(graph.inputs):
+            raise InputBindingError(self._miscounted(inputs))
+        for value, buffer in zip(graph.inputs, inputs, strict=True):
             if not device.owns(buffer):
-                device.check_owned(buffer, self._where)
+                device.check_owned(buffer, f"{self._where}: input {value.name!r}",
+                                   InputBindingError)
         in_types = tuple(map(_TYPE, inputs))
         in_key = tuple(map(id, in_types))
         checked = self._inputs_checked.get(in_key)
@@ -104,8 +129,22 @@ class CheckedExecutable(Executable):
             _remember(self._outputs_checked, self.MAX_SIGNATURES, key, types)
         return list(outputs)
 
+    def _miscounted(self, inputs: object) -> str:
+        """Why ``inputs`` is not one buffer per graph input."""
+        names = ", ".join(v.name for v in self.graph.inputs) or "none"
+        if not isinstance(inputs, list | tuple):
+            return (f"{self._where}: expected a list of buffers (one per graph input: "
+                    f"{names}), got {type(inputs).__name__}")
+        return (f"{self._where}: {len(inputs)} buffers given, graph {self.graph.name!r} "
+                f"takes {len(self.graph.inputs)} ({names})")
+
     def profile(self) -> Profile | None:
-        return guarded(f"{self.device.address} Executable.profile", self.inner.profile)
+        where = f"{self.device.address} Executable.profile"
+        profile = guarded(where, self.inner.profile)
+        if profile is not None and not isinstance(profile, Profile):
+            raise AdapterContractError(f"{where} returned {type(profile).__name__}, not a "
+                                       "Profile or None")
+        return profile
 
 
 def _remember(record: dict[tuple[int, ...], T], limit: int, key: tuple[int, ...],
@@ -125,20 +164,22 @@ def _count(outputs: object) -> str:
 def _check_type(expected: TensorType, actual: TensorType, bindings: dict[str, int],
                 where: str, role: str, name: str) -> None:
     """Raise unless ``actual`` (the buffer of ``role`` ``name``) has ``expected``'s
-    dtype and a concrete shape matching its dimensions under ``bindings``."""
+    dtype and a concrete shape matching its dimensions under ``bindings``: an
+    ``input`` that does not is the caller's error, an ``output`` the adapter's."""
     if (actual.dtype == expected.dtype and actual.rank == expected.rank
             and all(isinstance(d, int) for d in actual.shape)
             and D.bind_shape(expected.shape, actual.shape, bindings) is None):
         return
+    error = InputBindingError if role == "input" else AdapterContractError
     where = f"{where}: {role} {name!r}"
     if actual.dtype != expected.dtype or actual.rank != expected.rank:
-        raise AdapterContractError(f"{where}: got {actual}, expected {expected}")
+        raise error(f"{where}: got {actual}, expected {expected}")
     if not all(isinstance(d, int) for d in actual.shape):
-        raise AdapterContractError(f"{where}: buffer shape must be concrete, got {actual}")
+        raise error(f"{where}: buffer shape must be concrete, got {actual}")
     axis = D.bind_shape(expected.shape, actual.shape, bindings)
     want = expected.shape[axis]  # type: ignore[index]
-    raise AdapterContractError(f"{where}: dimension {axis} is {actual.shape[axis]}, expected "
-                               f"{want} = {D.evaluate(want, bindings)}; got {actual}")
+    raise error(f"{where}: dimension {axis} is {actual.shape[axis]}, expected "
+                f"{want} = {D.evaluate(want, bindings)}; got {actual}")
 
 
 class CheckedDevice(Device):
@@ -170,22 +211,28 @@ class CheckedDevice(Device):
         return isinstance(buffer, Buffer) and (buffer.device is self.inner
                                                or buffer.device is self)
 
-    def check_owned(self, buffer: object, where: str) -> None:
-        """Raise unless ``buffer`` is a buffer of this device."""
+    def check_owned(self, buffer: object, where: str,
+                    error: type[PolyhalError] = AdapterContractError) -> None:
+        """Raise ``error`` unless ``buffer`` is a buffer of this device (the caller's
+        buffers are the caller's error, an adapter's results the adapter's)."""
         if self.owns(buffer):
             return
         if not isinstance(buffer, Buffer):
-            raise AdapterContractError(f"{where}: expected a Buffer, got "
-                                       f"{type(buffer).__name__}")
+            hint = "; upload arrays first (Device.upload)" if isinstance(buffer, np.ndarray) else ""
+            raise error(f"{where}: expected a Buffer, got {type(buffer).__name__}{hint}")
         other = getattr(buffer.device, "address", "another device")
-        raise AdapterContractError(f"{where}: the buffer belongs to {other}, not "
-                                   f"{self.address}")
+        if other == self.address:
+            raise error(f"{where}: the buffer belongs to another device instance at the same "
+                        f"address ({other}, opened separately), not this one")
+        raise error(f"{where}: the buffer belongs to {other}, not {self.address}")
 
     def upload(self, array: np.ndarray) -> Buffer:
         where = self._upload_where
         if not isinstance(array, np.ndarray):
-            raise AdapterContractError(f"{where}: expected a numpy array, got "
-                                       f"{type(array).__name__}")
+            raise InputBindingError(f"{where}: expected a numpy array, got "
+                                    f"{type(array).__name__}")
+        if not array.dtype.isnative:  # byte-swapped (>f4 on x86): the same values, natively
+            array = array.astype(array.dtype.newbyteorder("="))
         expected = TensorType.of(array, where)
         buffer = guarded(where, self.inner.upload, array)
         if not self.owns(buffer):
@@ -198,7 +245,7 @@ class CheckedDevice(Device):
     def download(self, buffer: Buffer) -> np.ndarray:
         where = self._download_where
         if not self.owns(buffer):
-            self.check_owned(buffer, where)
+            self.check_owned(buffer, where, InputBindingError)
         array = guarded(where, self.inner.download, buffer)
         if not isinstance(array, np.ndarray):
             raise AdapterContractError(f"{where} returned {type(array).__name__}, not an array")
@@ -218,6 +265,11 @@ class CheckedDevice(Device):
 
     def compile(self, graph: Graph, options: CompileOptions) -> Executable:
         where = f"{self.address} Device.compile"
+        if not isinstance(graph, Graph):
+            raise PolyhalError(f"{where}: expected a Graph, got {type(graph).__name__}")
+        if not isinstance(options, CompileOptions):
+            raise PolyhalError(f"{where}: options must be a CompileOptions (e.g. "
+                               f"polyhal.hal.CompileOptions()), got {type(options).__name__}")
         offered = self.capabilities.precisions
         if options.precision not in offered:  # checked here once, for every adapter
             raise UnsupportedError(f"{where}: precision {options.precision!r} is not offered "

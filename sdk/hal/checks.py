@@ -7,7 +7,9 @@ naming the adapter, the class, the method and the fix (pluggy-style).
 from __future__ import annotations
 
 import inspect
+import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from polyhal.errors import AdapterContractError
@@ -125,6 +127,7 @@ def check_adapter_class(cls: type) -> ContractReport:
         report.problems.append("Adapter.version is missing or not a string.\n"
                                "    Fix: set `version = \"0.1.0\"`.")
     _check_api_version(report, cls)
+    _check_isolation_attributes(report, cls)
     device_class = getattr(cls, "device_class", None)
     executable_class = getattr(cls, "executable_class", None)
     classes: list[tuple[type, type | None]] = [(Adapter, cls), (Device, device_class),
@@ -151,7 +154,8 @@ def check_adapter_class(cls: type) -> ContractReport:
 def _check_api_version(report: ContractReport, cls: type) -> None:
     versions = getattr(cls, "api_version", None)
     if (not isinstance(versions, tuple) or len(versions) != 2
-            or not all(isinstance(v, int) for v in versions) or versions[0] > versions[1]):
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in versions)
+            or versions[0] > versions[1]):
         report.problems.append(f"Adapter.api_version is {versions!r}.\n    Fix: set "
                                f"`api_version = ({API_VERSION}, {API_VERSION})` (an inclusive "
                                "range of HAL contract versions).")
@@ -163,3 +167,22 @@ def _check_api_version(report: ContractReport, cls: type) -> None:
             f"{API_VERSION} of this polyhal.\n    Fix: port the adapter to contract "
             f"{API_VERSION} and set `api_version = ({API_VERSION}, {API_VERSION})`, or install "
             "a polyhal release that speaks its version.")
+
+
+def _check_isolation_attributes(report: ContractReport, cls: type) -> None:
+    """``worker_env``, ``always_isolate`` and ``manifest``: used only when a device is
+    isolated or graded, so checked here rather than failing there."""
+    env = getattr(cls, "worker_env", None)
+    if not (isinstance(env, Mapping)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
+        report.problems.append(f"Adapter.worker_env is {env!r}.\n    Fix: set `worker_env = "
+                               "{\"NAME\": \"value\"}` (a mapping of strings) or leave it out.")
+    isolate = getattr(cls, "always_isolate", None)
+    if not isinstance(isolate, bool):
+        report.problems.append(f"Adapter.always_isolate is {isolate!r}.\n    Fix: set "
+                               "`always_isolate = True` or `False`.")
+    manifest = getattr(cls, "manifest", None)
+    if manifest is not None and not isinstance(manifest, str | os.PathLike):
+        report.problems.append(f"Adapter.manifest is {manifest!r}.\n    Fix: set `manifest = "
+                               "\"manifest.toml\"` (a path, relative to the adapter's module) "
+                               "or leave it out.")

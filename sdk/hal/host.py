@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
+from typing import Any
+
 import numpy as np
 
 from polyhal.errors import UnsupportedError
@@ -23,3 +26,11 @@ def check_single_device(adapter: str, index: int) -> None:
     """Raise unless ``index`` is 0, for adapters with exactly one device."""
     if index != 0:
         raise UnsupportedError(f"{adapter} has one device (index 0), not {index}")
+
+
+def check_known_options(adapter: str, options: Mapping[str, Any], known: Collection[str]) -> None:
+    """Raise ``UnsupportedError`` naming every option of ``options`` not in ``known``."""
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise UnsupportedError(f"{adapter}: unknown option(s) {', '.join(unknown)} (known: "
+                               f"{', '.join(sorted(known)) or 'none'})")

@@ -87,9 +87,11 @@ from polyhal.errors import (
     DeviceCrashError,
     DeviceError,
     DeviceTimeoutError,
+    InputBindingError,
     PolyhalError,
 )
 from polyhal.hal.capabilities import Capabilities
+from polyhal.hal.checked import open_checked
 from polyhal.hal.contract import Buffer, CompileOptions, Device, Executable, Profile
 from polyhal.ir.graph import Graph
 from polyhal.ir.types import TensorType
@@ -97,7 +99,7 @@ from polyhal.ir.types import TensorType
 __all__ = [
     "DEFAULT_TIMEOUT", "MIN_START_TIMEOUT", "SLOW_CALL_FACTOR", "TIMEOUT_ENV", "Channel",
     "ChannelClosed", "ChannelTimeout", "IsolatedDevice", "IsolatedExecutable", "ProcessChannel",
-    "WorkerServer", "WorkerSpec", "default_timeout",
+    "WorkerServer", "WorkerSpec", "check_timeout", "default_timeout",
 ]
 
 TIMEOUT_ENV = "POLYHAL_DEVICE_TIMEOUT"
@@ -127,6 +129,14 @@ def default_timeout() -> float:
     if not value > 0:
         raise PolyhalError(f"{TIMEOUT_ENV}={raw!r} must be a positive number of seconds")
     return value
+
+
+def check_timeout(where: str, timeout: object) -> float:
+    """``timeout`` as seconds; a :class:`PolyhalError` unless it is a positive number."""
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+        raise PolyhalError(f"{where}: timeout={timeout!r} must be a positive number of "
+                           "seconds")
+    return float(timeout)
 
 
 def _dumps(obj: Any) -> bytes:
@@ -490,14 +500,7 @@ class WorkerServer:
 
     def op_open(self, adapter_path: str, name: str, index: int, options: dict) -> int:
         cls = load_adapter_class(adapter_path, f"{name}:{index}: the worker")
-        adapter = cls()
-        device = adapter.open(index, **options)
-        if not isinstance(device, Device):
-            raise AdapterContractError(f"{name}:{index} Adapter.open returned "
-                                       f"{type(device).__name__}, not a Device")
-        device.adapter = adapter
-        device.index = index
-        self.device = device
+        self.device = open_checked(cls(), index, options)
         return os.getpid()
 
     def op_capabilities(self) -> Capabilities:
@@ -687,11 +690,8 @@ class IsolatedDevice(Device):
         env[WORKER_ENV] = f"{adapter_name}:{index}"
         self.spec = WorkerSpec(f"{cls.__module__}:{cls.__qualname__}", adapter_name, index,
                                dict(options or {}), env)
-        if timeout is None:
-            timeout = default_timeout()
-        if not timeout > 0:
-            raise PolyhalError(f"{self.spec.address}: timeout must be positive, got {timeout!r}")
-        self.timeout = float(timeout)
+        self.timeout = (default_timeout() if timeout is None
+                        else check_timeout(self.spec.address, timeout))
         self._factory = channel_factory or ProcessChannel
         self._lock = threading.RLock()
         self._holder: list[Channel | None] = [None]  # shared with the finalizer
@@ -731,7 +731,7 @@ class IsolatedDevice(Device):
 
     def _ensure_worker(self) -> Channel:
         if self._closed:
-            raise DeviceError(f"{self.spec.address}: the device is closed")
+            raise self._closed_error()
         channel = self._holder[0]
         if channel is not None and channel.is_alive():
             return channel
@@ -811,16 +811,27 @@ class IsolatedDevice(Device):
             raise _rebuild_error(value, f"{address} {call}")
         return value
 
+    def _closed_error(self, call: str = "") -> DeviceError:
+        where = f"{self.spec.address} {call}" if call else self.spec.address
+        return DeviceError(f"{where}: the device is closed (its buffers and executables "
+                           "went with it)")
+
     def _stale(self, call: str, generation: int) -> DeviceError:
         return DeviceError(f"{self.spec.address} {call}: buffer from before the device "
                            f"restarted (it belongs to worker generation {generation}, which "
                            "is gone); upload it again")
 
     def _buffer_key(self, buffer: Buffer, call: str) -> int:
-        if not isinstance(buffer, Buffer) or buffer.device is not self:
-            owner = getattr(getattr(buffer, "device", None), "address", type(buffer).__name__)
-            raise AdapterContractError(f"{self.spec.address} {call}: the buffer belongs to "
-                                       f"{owner}, not this isolated device")
+        where = f"{self.spec.address} {call}"
+        if not isinstance(buffer, Buffer):
+            raise InputBindingError(f"{where}: expected a Buffer, got {type(buffer).__name__}")
+        if buffer.device is not self:
+            owner = getattr(buffer.device, "address", "another device")
+            if owner == self.spec.address:
+                owner = f"another device instance at the same address ({owner})"
+            raise InputBindingError(f"{where}: the buffer belongs to {owner}, not this one")
+        if self._closed:
+            raise self._closed_error(call)
         generation, key = buffer.handle
         if generation != self._live_generation():
             raise self._stale(call, generation)

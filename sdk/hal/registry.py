@@ -18,17 +18,17 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
-from polyhal.errors import AdapterContractError, DeviceError, PolyhalError
-from polyhal.hal.checked import CheckedDevice, guarded
+from polyhal.errors import AdapterContractError, PolyhalError
+from polyhal.hal.checked import CheckedDevice, guarded, open_checked
 from polyhal.hal.checks import check_adapter_class
-from polyhal.hal.contract import Adapter, Device
+from polyhal.hal.contract import Adapter, Device, DeviceInfo
 
 if TYPE_CHECKING:
     from polyhal.hal.isolation import Channel, WorkerSpec
     from polyhal.hal.remote import RayHost
 
 ENTRY_POINT_GROUP = "polyhal.adapters"
-_ADDRESS = re.compile(r"([a-z][a-z0-9-]*)(?::(\d+))?")
+_ADDRESS = re.compile(r"([a-z][a-z0-9-]*)(?::([0-9]+))?")  # ASCII digits only
 HOSTS = ("process", "ray")
 """The ``open_device(host=)`` names: a local worker process, a Ray actor."""
 
@@ -53,9 +53,12 @@ def register(adapter: type[Adapter], *, replace: bool = False) -> type[Adapter]:
     """Register an adapter class after checking it against the contract.
 
     Usable as a class decorator. Raises :class:`AdapterContractError` listing
-    every problem with the class.
+    every problem with the class, or when its name is taken (by a discovered
+    adapter too: discovery runs first) and ``replace`` is false.
     """
     check_adapter_class(adapter).raise_if_broken()
+    if not replace:
+        discover()  # a built-in or plugin name is taken whether or not discovery ran yet
     with _lock:
         existing = _adapters.get(adapter.name)
         if existing is not None and existing is not adapter and not replace:
@@ -85,15 +88,30 @@ def discover(refresh: bool = False) -> None:
         for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
             if entry.name in _adapters and not refresh:
                 continue
-            try:
-                cls = entry.load()
-                register(cls, replace=True)
-            except AdapterContractError as exc:
-                _failures[entry.name] = PluginFailure(entry.name, entry.value, str(exc))
-            except Exception as exc:  # a broken plugin must not break the others
-                detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-                _failures[entry.name] = PluginFailure(entry.name, entry.value,
-                                                      f"import failed: {detail}")
+            error = _load_plugin(entry)
+            if error:
+                _failures[entry.name] = PluginFailure(entry.name, entry.value, error)
+
+
+def _load_plugin(entry: metadata.EntryPoint) -> str:
+    """Load and register one entry point; what went wrong ("" when nothing did). A
+    broken plugin must not break the others: not even one that calls ``sys.exit``
+    (only ``KeyboardInterrupt`` and the like propagate)."""
+    try:
+        cls = entry.load()
+    except SystemExit as exc:
+        return f"import failed: the plugin called sys.exit({exc.code!r}) while importing"
+    except Exception as exc:
+        detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        return f"import failed: {detail}"
+    if not isinstance(cls, type):
+        return (f"entry point {entry.name!r} ({entry.value}) names a {type(cls).__name__}, "
+                "not an Adapter class: point it at a subclass of polyhal.hal.Adapter")
+    try:
+        register(cls, replace=True)
+    except AdapterContractError as exc:
+        return str(exc)
+    return ""
 
 
 def _selected(name: str) -> bool:
@@ -154,6 +172,7 @@ def open_device(address: str, *, isolate: bool = False, timeout: float | None = 
     ``pip install 'polyhal[distributed]'``.
     """
     name, index = parse_address(address)
+    _check_open_arguments(f"open_device({address!r})", isolate, timeout)
     adapter = get_adapter(name)
     channel_factory = _channel_factory(host, f"{name}:{index}")
     if isolate or channel_factory is not None or type(adapter).always_isolate:
@@ -162,13 +181,17 @@ def open_device(address: str, *, isolate: bool = False, timeout: float | None = 
         inner: Device = IsolatedDevice(name, index, options, timeout=timeout,
                                        channel_factory=channel_factory)
     else:
-        inner = guarded(f"{name}:{index} Adapter.open", lambda: adapter.open(index, **options))
-        if not isinstance(inner, Device):
-            raise AdapterContractError(f"{name}:{index} Adapter.open returned "
-                                       f"{type(inner).__name__}, not a Device")
-        inner.adapter = adapter
-        inner.index = index
+        inner = open_checked(adapter, index, options)
     return CheckedDevice(inner, f"{name}:{index}")
+
+
+def _check_open_arguments(where: str, isolate: object, timeout: object) -> None:
+    if not isinstance(isolate, bool):
+        raise PolyhalError(f"{where}: isolate={isolate!r} must be True or False")
+    if timeout is not None:
+        from polyhal.hal.isolation import check_timeout
+
+        check_timeout(where, timeout)
 
 
 def _channel_factory(host: str | RayHost | None, address: str
@@ -188,11 +211,24 @@ def _channel_factory(host: str | RayHost | None, address: str
 
 def probe_all() -> list[tuple[str, list[Any] | None, str]]:
     """Every adapter's probe result: ``(name, devices or None, error)``."""
-    rows = []
+    rows: list[tuple[str, list[Any] | None, str]] = []
     for name in adapters():
         try:
-            devices = guarded(f"adapter {name!r} probe", get_adapter(name).probe)
-            rows.append((name, list(devices), ""))
-        except (PolyhalError, DeviceError) as exc:
+            rows.append((name, _probe(name), ""))
+        except PolyhalError as exc:
             rows.append((name, None, str(exc)))
     return rows
+
+
+def _probe(name: str) -> list[DeviceInfo]:
+    """The checked result of adapter ``name``'s ``probe()``."""
+    where = f"adapter {name!r} probe"
+    devices = guarded(where, get_adapter(name).probe)
+    if not isinstance(devices, list | tuple):
+        raise AdapterContractError(f"{where} returned {type(devices).__name__}, not a list "
+                                   "of DeviceInfo")
+    for info in devices:
+        if not isinstance(info, DeviceInfo):
+            raise AdapterContractError(f"{where} returned a list holding a "
+                                       f"{type(info).__name__}, not only DeviceInfo")
+    return list(devices)

@@ -1,0 +1,3 @@
+"""A plugin module whose import is interrupted (Ctrl-C while discovering adapters)."""
+
+raise KeyboardInterrupt
