@@ -2,9 +2,11 @@
 
 A graph can be split into micro-batches along a symbolic dimension (``batch``)
 when that symbol is the leading axis of every output and appears nowhere but
-in the leading axis of the inputs that carry it. The other inputs (weights)
-go whole to every micro-batch; the outputs of the micro-batches, concatenated
-in order, are the outputs of the whole batch.
+in the leading axis of the inputs that carry it, **and** row ``i`` of every
+output depends on row ``i`` of the batched inputs only (checked node by node by
+:mod:`polyhal.runtime.rowwise`). The other inputs (weights) go whole to every
+micro-batch; the outputs of the micro-batches, concatenated in order, are the
+outputs of the whole batch. A graph that cannot be split runs whole.
 """
 
 from __future__ import annotations
@@ -14,13 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from polyhal.errors import UnsupportedError
+from polyhal.errors import PolyhalError, UnsupportedError
 from polyhal.ir import dims as D
 from polyhal.ir.graph import Graph
-
-
-def _uses(shape: Sequence[D.Dim], symbol: str) -> list[int]:
-    return [axis for axis, dim in enumerate(shape) if symbol in D.free_symbols(dim)]
+from polyhal.runtime.rowwise import carries, mixing_reason, symbol_axes
 
 
 @dataclass(frozen=True)
@@ -37,6 +36,9 @@ class BatchLayout:
     def of(cls, graph: Graph, symbol: str | None = None) -> BatchLayout:
         """The layout of ``graph`` along ``symbol`` (default: the leading dimension of its
         first input, when that is a plain symbol)."""
+        if symbol is not None and not isinstance(symbol, str):
+            raise PolyhalError(f"batch dimension {symbol!r} must be a dimension symbol (a "
+                               "str such as 'batch') or None")
         if symbol is None:
             leading = [v.type.shape[0] for v in graph.inputs if v.type.rank]
             if not leading or not D.is_symbol(leading[0]):
@@ -45,19 +47,21 @@ class BatchLayout:
             symbol = str(leading[0])
         batched = []
         for value in graph.inputs:
-            axes = _uses(value.type.shape, symbol)
+            axes = symbol_axes(value.type.shape, symbol)
             if axes and (axes != [0] or not D.is_symbol(value.type.shape[0])):
                 return cls(None, reason=f"input {value.name!r} ({value.type}) uses {symbol!r} "
                                         "other than as its leading dimension")
             if axes:
                 batched.append(value.name)
         for value in graph.outputs:
-            if not value.type.rank or value.type.shape[0] != symbol \
-                    or _uses(value.type.shape, symbol) != [0]:
+            if not carries(value.type.shape, symbol, 0):
                 return cls(None, reason=f"output {value.name!r} ({value.type}) does not have "
                                         f"{symbol!r} as its leading dimension only")
         if not batched:
             return cls(None, reason=f"no input of graph {graph.name!r} has {symbol!r}")
+        reason = mixing_reason(graph, symbol, batched)
+        if reason:
+            return cls(None, reason=reason)
         return cls(symbol, tuple(batched))
 
     @property

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import numbers
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,13 +23,26 @@ from polyhal.runtime import tracing
 from polyhal.runtime.placement import Partition, Placement, decompose_for, place
 
 
+class UnknownOutputError(PolyhalError, KeyError, IndexError):
+    """Results asked for by a name or a position they do not have; also a ``KeyError``
+    and an ``IndexError``, as a missing dict key and list index are."""
+
+    __str__ = PolyhalError.__str__  # KeyError would quote the message
+
+
 class Outputs(dict):
     """Results by output name; an ``int`` index gives them by position."""
 
     def __getitem__(self, key: str | int) -> np.ndarray:
-        if isinstance(key, int):
-            return list(self.values())[key]
-        return super().__getitem__(key)
+        if isinstance(key, numbers.Integral) and not isinstance(key, bool):
+            values = list(self.values())
+            if -len(values) <= key < len(values):
+                return values[key]
+        elif isinstance(key, str) and key in self:
+            return super().__getitem__(key)
+        raise UnknownOutputError(f"outputs: no output {key!r}; the outputs are "
+                                 f"{', '.join(map(repr, self)) or 'none'} (positions 0 to "
+                                 f"{len(self) - 1})")
 
 
 @dataclass
@@ -62,9 +76,9 @@ class CompiledGraph:
         self.options = options
         caps = [d.capabilities for d in devices]
         addresses = [d.address for d in devices]
-        usable = [c if options.precision in c.precisions else _nothing(c) for c in caps]
-        self.graph = decompose_for(graph, usable[0])
-        self.placement: Placement = place(self.graph, addresses, usable)
+        lacking = _precision_gaps(addresses, caps, options.precision)
+        self.graph = graph if addresses[0] in lacking else decompose_for(graph, caps[0])
+        self.placement: Placement = place(self.graph, addresses, caps, unusable=lacking)
         self.stats = RunStats()
         self._dynamic = [self.devices[part.device].capabilities.dynamic_shapes
                          for part in self.placement.partitions]
@@ -209,9 +223,49 @@ def _trace_profile(executable: Executable, lane: str, index: int, start: float,
         tracing.instant(counter, "counter", lane, value=value)
 
 
-def _nothing(caps: Capabilities) -> Capabilities:
-    """A device that lacks the requested precision covers nothing."""
-    return Capabilities(ops={}, dynamic_shapes=caps.dynamic_shapes)
+def _precision_gaps(addresses: Sequence[str], caps: Sequence[Capabilities], precision: str
+                    ) -> dict[str, str]:
+    """Why each device that lacks ``precision`` cannot run any node (by address); an
+    :class:`UnsupportedError` when no device offers it."""
+    gaps = {address: f"offers precisions {', '.join(sorted(c.precisions))}; {precision} is "
+                     "not one of them"
+            for address, c in zip(addresses, caps, strict=True) if precision not in c.precisions}
+    if len(gaps) == len(addresses):
+        raise UnsupportedError("compile: " + "; ".join(f"{a} {why}" for a, why in gaps.items()))
+    return gaps
+
+
+def device_address(device: Device, where: str) -> str:
+    """The address of ``device``; a :class:`PolyhalError` naming ``where`` when it is a
+    Device instance that no adapter opened (it has no address)."""
+    if type(device).address is Device.address and not hasattr(device, "adapter"):
+        raise PolyhalError(f"{where}: this {type(device).__name__} was not opened through "
+                           "polyhal, so it has no address; pass an address such as 'cpu', or "
+                           "a device from polyhal.hal.open_device")
+    return device.address
+
+
+def _device_list(device: Any, fallback: Any) -> list[str | Device]:
+    """``device`` and the fallbacks as one list, each an address or an opened Device."""
+    if not isinstance(device, str | Device):
+        raise PolyhalError(f"compile: device={device!r} must be a device address (such as "
+                           "'cpu') or an opened Device")
+    if fallback is None:
+        return [device]
+    fallbacks = [fallback] if isinstance(fallback, str | Device) else fallback
+    if not isinstance(fallbacks, list | tuple) or not all(
+            isinstance(f, str | Device) for f in fallbacks):
+        raise PolyhalError(f"compile: fallback={fallback!r} must be None, a device address "
+                           "(such as 'reference'), an opened Device, or a list of them")
+    return [device, *fallbacks]
+
+
+def _check_distinct(addresses: Sequence[str]) -> None:
+    for position, address in enumerate(addresses):
+        if address in addresses[:position]:
+            where = ("both the device and a fallback" if address == addresses[0]
+                     else "listed twice as a fallback")
+            raise UnsupportedError(f"compile: {address} is {where}; list each device once")
 
 
 def compile(graph: Graph, device: str | Device = "reference",
@@ -238,16 +292,18 @@ def compile(graph: Graph, device: str | Device = "reference",
     if not isinstance(graph, Graph):
         raise UnsupportedError(f"compile: expected a polyhal Graph, got {type(graph).__name__}"
                                " (read a model file with polyhal.load or load_model)")
-    if precision not in PRECISIONS:
+    if not isinstance(precision, str) or precision not in PRECISIONS:
         raise UnsupportedError(f"compile: precision {precision!r} is not one of "
                                f"{', '.join(sorted(PRECISIONS))}")
-    fallbacks = [] if fallback is None else (
-        [fallback] if isinstance(fallback, str | Device) else list(fallback))
+    if not isinstance(isolate, bool):
+        raise PolyhalError(f"compile: isolate={isolate!r} must be True or False")
+    if options is not None and not isinstance(options, Mapping):
+        raise PolyhalError(f"compile: options={options!r} must be a mapping of option name "
+                           "to value, or None")
+    specs = _device_list(device, fallback)
     with tracing.span(f"place {graph.name}", "compile", tracing.HOST) as args:
-        devices = [d if isinstance(d, Device) else shared_device(d, isolate)
-                   for d in [device, *fallbacks]]
-        if len({d.address for d in devices}) != len(devices):
-            raise UnsupportedError("compile: a device is listed twice")
+        devices = [d if isinstance(d, Device) else shared_device(d, isolate) for d in specs]
+        _check_distinct([device_address(d, "compile") for d in devices])
         compiled = CompiledGraph(graph, devices, CompileOptions(precision, dict(options or {})))
         args.update(devices=list(compiled.devices), partitions=len(compiled.placement.partitions),
                     fallbacks=compiled.placement.fallback_count)

@@ -8,6 +8,9 @@ HEALTHY = "healthy"
 """Takes work."""
 UNHEALTHY = "unhealthy"
 """Faulted; probed again after a back-off, and readmitted when the probe passes."""
+FAILED = "failed"
+"""Its thread stopped on an unexpected error (``last_error`` says which): it takes no more
+work, and what no other device can take fails instead of waiting."""
 CLOSED = "closed"
 """The session is closed."""
 
@@ -18,7 +21,7 @@ class DeviceHealth:
 
     address: str
     state: str
-    """``healthy``, ``unhealthy`` or ``closed``."""
+    """``healthy``, ``unhealthy``, ``failed`` or ``closed``."""
     completed: int
     """Micro-batches this device ran to completion."""
     faults: int
@@ -28,7 +31,7 @@ class DeviceHealth:
     busy_seconds: float
     """Time spent running micro-batches, faulted runs included."""
     last_error: str = ""
-    """The last fault's message."""
+    """The last fault's message (or why the device failed)."""
 
 
 @dataclass

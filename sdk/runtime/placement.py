@@ -7,7 +7,7 @@ their primitives. Contiguous runs of nodes on one device form a partition.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from polyhal.errors import UnsupportedError
@@ -88,17 +88,20 @@ class Placement:
         return "\n".join(lines)
 
 
-def place(graph: Graph, devices: Sequence[str], caps: Sequence[Capabilities]) -> Placement:
-    """Assign every node to the first device that covers it.
+def place(graph: Graph, devices: Sequence[str], caps: Sequence[Capabilities],
+          unusable: Mapping[str, str] | None = None) -> Placement:
+    """Assign every node to the first device that covers it; a device in ``unusable``
+    covers none, for the reason given there (the precision it lacks, say).
 
     Raises :class:`UnsupportedError` listing every node no device covers.
     """
     placement = Placement(list(devices))
+    unusable = unusable or {}
     uncovered = []
     for node in graph.nodes:
         reasons = []
         for device, cap in zip(devices, caps, strict=True):
-            reason = node_reason(cap, graph, node)
+            reason = unusable.get(device) or node_reason(cap, graph, node)
             if reason is None:
                 placement.assignment[node.name] = device
                 break

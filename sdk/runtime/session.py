@@ -1,7 +1,8 @@
 """``Session``: one graph over several devices, with load balancing and fault recovery.
 
 A call is split into fixed-size **micro-batches** along the graph's batch
-symbol (:mod:`polyhal.runtime.batching`); each is one item of a work queue
+symbol, when each output row comes from its own input row alone (else it runs
+whole: :mod:`polyhal.runtime.batching`); each is one item of a work queue
 that every device's thread takes from as soon as it is free, so faster
 devices take more (``schedule="static"`` deals the items out evenly instead,
 for comparison). Results are reassembled in order; calls return futures.
@@ -20,7 +21,10 @@ faults, and every waiting one fails when no device has been healthy for
 
 Devices given by address are opened isolated, each in its own worker process
 (``host="ray"`` puts the workers on Ray, see :mod:`polyhal.hal.remote`), with
-``timeout`` seconds per call.
+``timeout`` seconds per call; the workers start with the session, and a device
+that cannot be opened with its address and options raises there. A device
+thread that stops on an unexpected error marks its device ``failed`` and fails
+what no other device can take.
 """
 
 from __future__ import annotations
@@ -28,16 +32,17 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import itertools
+import math
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from polyhal.errors import DeviceError, PolyhalError, UnsupportedError
+from polyhal.errors import DeviceError, InputBindingError, PolyhalError, UnsupportedError
 from polyhal.hal.capabilities import PRECISIONS
 from polyhal.hal.contract import Device
 from polyhal.hal.registry import open_device, parse_address
@@ -46,9 +51,16 @@ from polyhal.ir.graph import Graph
 from polyhal.reference.executor import bind_inputs
 from polyhal.runtime import tracing
 from polyhal.runtime.batching import BatchLayout
-from polyhal.runtime.compiled import CompiledGraph, Outputs
+from polyhal.runtime.compiled import CompiledGraph, Outputs, device_address
 from polyhal.runtime.compiled import compile as compile_graph
-from polyhal.runtime.health import CLOSED, HEALTHY, UNHEALTHY, DeviceHealth, SessionStats
+from polyhal.runtime.health import (
+    CLOSED,
+    FAILED,
+    HEALTHY,
+    UNHEALTHY,
+    DeviceHealth,
+    SessionStats,
+)
 
 DeviceSpec = str | Device | tuple[str, Mapping[str, Any]]
 """A session device: an address (opened isolated), an opened device, or an address
@@ -166,6 +178,16 @@ class SessionGraph:
     def map(self, requests: Sequence[Mapping[str, np.ndarray]]) -> list[Outputs]:
         """Run many calls (each a mapping of input name to array) and return their
         outputs in order."""
+        if isinstance(requests, str | bytes | Mapping | np.ndarray) or not isinstance(
+                requests, Iterable):
+            raise InputBindingError(f"SessionGraph.map: requests must be a list of mappings of "
+                                    f"input name to array, got {type(requests).__name__}")
+        requests = list(requests)
+        for index, request in enumerate(requests):
+            if not isinstance(request, Mapping):
+                raise InputBindingError(f"SessionGraph.map: request {index} is a "
+                                        f"{type(request).__name__}, not a mapping of input "
+                                        "name to array")
         futures = [self.submit(**request) for request in requests]
         return [f.result() for f in futures]
 
@@ -185,8 +207,9 @@ class Session:
                  timeout: float | None = None, host: Any = None, schedule: str = "dynamic",
                  max_attempts: int = 4, probe_interval: float = 0.5,
                  max_backoff: float = 30.0, give_up_after: float = 120.0) -> None:
-        _check_arguments(devices, micro_batch, precision, schedule, max_attempts,
-                         probe_interval, give_up_after)
+        _check_arguments(devices, micro_batch, precision, schedule, max_attempts)
+        _check_seconds(timeout=timeout, probe_interval=probe_interval, max_backoff=max_backoff,
+                       give_up_after=give_up_after)
         self.micro_batch = micro_batch
         self.precision = precision
         self.schedule = schedule
@@ -210,6 +233,7 @@ class Session:
                 raise PolyhalError(f"Session: a device is listed twice ({', '.join(addresses)})")
             if fallback is not None:
                 self._fallback = _open_lane(fallback, None, None, as_fallback=True)
+            self._start_devices()
         except BaseException:
             self._close_devices()
             raise
@@ -260,6 +284,23 @@ class Session:
     def __enter__(self) -> Session:
         return self
 
+    def _start_devices(self) -> None:
+        """Start every device now, in parallel (an isolated one starts its worker, which
+        opens the device). A device that cannot be opened with its address and options is
+        the caller's error, raised here; one whose worker faults (a ``DeviceError``) starts
+        unhealthy, to be probed and readmitted like any faulted device."""
+        with concurrent.futures.ThreadPoolExecutor(len(self._lanes)) as pool:
+            errors = list(pool.map(_start_error, self._lanes))
+        for lane, error in zip(self._lanes, errors, strict=True):
+            if isinstance(error, DeviceError):
+                lane.state, lane.last_error = UNHEALTHY, f"start: {error}"
+                lane.faults = lane.streak = 1
+                self.stats.faults += 1
+            elif error is not None:
+                kind = UnsupportedError if isinstance(error, UnsupportedError) else PolyhalError
+                raise kind(f"Session: device {lane.address} cannot be opened: {error}"
+                           ) from error
+
     def __exit__(self, *exc: object) -> None:
         self.close()
 
@@ -274,7 +315,31 @@ class Session:
                     item.assigned = self._lanes[next(self._dealt) % len(self._lanes)].address
             self._queue.extend(items)
             self.stats.micro_batches += len(items)
+            orphans = self._take_orphans()
             self._cond.notify_all()
+        self._fail_orphans(orphans)
+
+    def _servable(self, item: _Item) -> bool:
+        """True while a device that has not failed may still take ``item``."""
+        if self._fallback is not None and self._fallback.state != FAILED:
+            return True
+        return len(item.faults) < self.max_attempts and any(
+            lane.state != FAILED and lane.address not in item.incapable for lane in self._lanes)
+
+    def _take_orphans(self) -> list[_Item]:
+        """Remove from the queue what no device is left to run (under the lock)."""
+        orphans = [item for item in self._queue if not self._servable(item)]
+        for item in orphans:
+            self._queue.remove(item)
+        return orphans
+
+    def _fail_orphans(self, orphans: list[_Item]) -> None:
+        failed = "; ".join(f"{lane.address}: {lane.last_error}"
+                           for lane in self._every_lane() if lane.state == FAILED)
+        for item in orphans:
+            self._fail(item, PolyhalError(
+                f"Session: no device is left to run micro-batch {item.index} of "
+                f"{item.call.work.graph.name!r} ({failed})"))
 
     def _capable(self, lane: _Lane, item: _Item) -> bool:
         return lane.state == HEALTHY and lane.address not in item.incapable
@@ -319,8 +384,32 @@ class Session:
     # -- running
 
     def _serve(self, lane: _Lane) -> None:
-        while (item := self._next(lane)) is not None:
-            self._execute(lane, item)
+        held: _Item | None = None
+        try:
+            while (item := self._next(lane)) is not None:
+                held = item
+                self._execute(lane, item)
+                held = None
+        except BaseException as exc:  # a bug must not leave calls waiting forever
+            self._stop_lane(lane, held, exc)
+
+    def _stop_lane(self, lane: _Lane, held: _Item | None, exc: BaseException) -> None:
+        """``lane``'s thread stopped on an unexpected error: the device takes no more work
+        (``failed``); the micro-batch it held fails, and so does every waiting one that no
+        other device can take."""
+        error = PolyhalError(f"Session: the thread of device {lane.address} stopped on "
+                             f"{type(exc).__name__}: {exc}")
+        with self._cond:
+            lane.state = FAILED
+            lane.last_error = str(error)
+            for item in self._queue:
+                if item.assigned == lane.address:
+                    item.assigned = None
+            orphans = self._take_orphans()
+            self._cond.notify_all()
+        if held is not None:
+            self._fail(held, error)
+        self._fail_orphans(orphans)
 
     def _execute(self, lane: _Lane, item: _Item) -> None:
         work = item.call.work
@@ -493,6 +582,7 @@ def _open_lane(spec: DeviceSpec | Any, timeout: float | None, host: Any,
     """A lane for ``spec``; addresses are opened isolated, except the fallback's, which
     runs in this process."""
     if isinstance(spec, Device):
+        device_address(spec, "Session")
         return _Lane(spec, owned=False, fallback=as_fallback)
     if isinstance(spec, str):
         address, options = spec, {}
@@ -507,16 +597,24 @@ def _open_lane(spec: DeviceSpec | Any, timeout: float | None, host: Any,
     return _Lane(device, owned=True, fallback=as_fallback)
 
 
+def _start_error(lane: _Lane) -> PolyhalError | None:
+    """What starting ``lane``'s device raised (``None``: it started)."""
+    try:
+        lane.device.capabilities  # noqa: B018  (an isolated device starts its worker here)
+    except PolyhalError as exc:
+        return exc
+    return None
+
+
 def _check_arguments(devices: Sequence[Any], micro_batch: int | None, precision: str,
-                     schedule: str, max_attempts: int, probe_interval: float,
-                     give_up_after: float) -> None:
+                     schedule: str, max_attempts: int) -> None:
     if isinstance(devices, str | Device) or not isinstance(devices, Sequence) or not devices:
         raise PolyhalError(f"Session: devices must be a non-empty list, got {devices!r}")
     if micro_batch is not None and (isinstance(micro_batch, bool)
                                     or not isinstance(micro_batch, int) or micro_batch < 1):
         raise PolyhalError(f"Session: micro_batch={micro_batch!r} must be a positive integer "
                            "or None")
-    if precision not in PRECISIONS:
+    if not isinstance(precision, str) or precision not in PRECISIONS:
         raise UnsupportedError(f"Session: precision {precision!r} is not one of "
                                f"{', '.join(sorted(PRECISIONS))}")
     if schedule not in SCHEDULES:
@@ -524,7 +622,15 @@ def _check_arguments(devices: Sequence[Any], micro_batch: int | None, precision:
                            f"{', '.join(SCHEDULES)}")
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
         raise PolyhalError(f"Session: max_attempts={max_attempts!r} must be a positive integer")
-    for name, value in (("probe_interval", probe_interval), ("give_up_after", give_up_after)):
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-            raise PolyhalError(f"Session: {name}={value!r} must be a positive number of "
-                               "seconds")
+
+
+def _check_seconds(**durations: Any) -> None:
+    """Each duration must be a positive, finite number of seconds (``timeout`` may be
+    ``None``: the default)."""
+    for name, value in durations.items():
+        if name == "timeout" and value is None:
+            continue
+        if (isinstance(value, bool) or not isinstance(value, int | float)
+                or not 0 < value < math.inf):
+            raise PolyhalError(f"Session: {name}={value!r} must be a positive, finite number "
+                               "of seconds" + (" or None" if name == "timeout" else ""))
