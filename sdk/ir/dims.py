@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 
-from polyhal.errors import IRError
+from polyhal.errors import IRError, LimitExceededError
 
 Dim = int | str
 Poly = dict[tuple[str, ...], int]
@@ -25,6 +25,12 @@ Poly = dict[tuple[str, ...], int]
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_][A-Za-z0-9_]*)|(.))")
 MAX_EXPR_LENGTH = 256
+"""Characters in a dimension expression, as written and in canonical form."""
+MAX_TERMS = MAX_EXPR_LENGTH // 2
+"""Terms of a polynomial while an expression is expanded: no canonical form of more
+fits in ``MAX_EXPR_LENGTH`` characters, and the bound keeps expansion fast."""
+MAX_DEPTH = 16
+"""Nesting of parentheses and unary minus in a dimension expression."""
 
 
 def is_symbol(dim: Dim) -> bool:
@@ -37,10 +43,16 @@ def is_static(dim: Dim) -> bool:
     return isinstance(dim, int)
 
 
+def _short(text: str) -> str:
+    """``text`` for an error message: at most about 60 characters."""
+    return repr(text) if len(text) <= 60 else repr(text[:57]) + "..."
+
+
 @lru_cache(maxsize=4096)
 def _parse(text: str) -> tuple[tuple[tuple[str, ...], int], ...]:
     if len(text) > MAX_EXPR_LENGTH:
-        raise ValueError(f"longer than {MAX_EXPR_LENGTH} characters")
+        raise LimitExceededError(f"dimension {_short(text)} is {len(text)} characters long, "
+                                 f"over the limit of {MAX_EXPR_LENGTH}")
     tokens: list[str] = []
     for number, name, other in _TOKEN.findall(text):
         if other and not other.isspace() and other not in "+-*()":
@@ -60,8 +72,9 @@ def _parse(text: str) -> tuple[tuple[tuple[str, ...], int], ...]:
         return tokens[pos - 1]
 
     def factor(depth: int) -> Poly:
-        if depth > 16:
-            raise ValueError("nested too deeply")
+        if depth > MAX_DEPTH:
+            raise LimitExceededError(f"dimension {_short(text)} nests deeper than {MAX_DEPTH} "
+                                     "levels")
         tok = take()
         if tok == "(":
             inner = expr(depth + 1)
@@ -90,10 +103,24 @@ def _parse(text: str) -> tuple[tuple[tuple[str, ...], int], ...]:
             result = _poly_add(result, _scale(term(depth), sign))
         return result
 
-    poly = expr(0)
+    try:
+        poly = expr(0)
+    except _TooManyTerms:
+        raise LimitExceededError(f"dimension {_short(text)} expands to more than {MAX_TERMS} "
+                                 "terms") from None
     if pos != len(tokens):
         raise ValueError(f"unexpected {tokens[pos]!r}")
     return tuple(sorted(poly.items()))
+
+
+class _TooManyTerms(Exception):
+    """A polynomial grew past ``MAX_TERMS`` (callers name the dimension)."""
+
+
+def _bounded(poly: Poly) -> Poly:
+    if len(poly) > MAX_TERMS:
+        raise _TooManyTerms
+    return poly
 
 
 def _scale(p: Poly, k: int) -> Poly:
@@ -104,7 +131,7 @@ def _poly_add(a: Poly, b: Poly) -> Poly:
     out = dict(a)
     for m, c in b.items():
         out[m] = out.get(m, 0) + c
-    return {m: c for m, c in out.items() if c != 0}
+    return _bounded({m: c for m, c in out.items() if c != 0})
 
 
 def _poly_mul(a: Poly, b: Poly) -> Poly:
@@ -113,11 +140,13 @@ def _poly_mul(a: Poly, b: Poly) -> Poly:
         for mb, cb in b.items():
             m = tuple(sorted(ma + mb))
             out[m] = out.get(m, 0) + ca * cb
-    return {m: c for m, c in out.items() if c != 0}
+        _bounded(out)  # stop early: the product of two big sums is bigger still
+    return _bounded({m: c for m, c in out.items() if c != 0})
 
 
 def to_poly(dim: Dim) -> Poly:
-    """The polynomial of a dimension; ``ValueError`` if it does not parse."""
+    """The polynomial of a dimension; ``ValueError`` if it does not parse,
+    :class:`LimitExceededError` if it is too long or expands too far."""
     if isinstance(dim, bool):
         raise ValueError("a bool is not a dimension")
     if isinstance(dim, int):
@@ -146,36 +175,53 @@ def from_poly(poly: Poly) -> Dim:
             text = f"{abs(coeff)}*{body}"
         sign = "-" if coeff < 0 else "+"
         parts.append(text if not parts and sign == "+" else (sign + text if parts else "-" + text))
-    return "".join(parts)
+    result = "".join(parts)
+    if len(result) > MAX_EXPR_LENGTH:
+        raise LimitExceededError(f"dimension {_short(result)} is {len(result)} characters long "
+                                 f"in canonical form, over the limit of {MAX_EXPR_LENGTH}")
+    return result
 
 
 def canonical(dim: Dim, where: str = "dimension") -> Dim:
-    """``dim`` in canonical form; an :class:`IRError` naming ``where`` if invalid."""
+    """``dim`` in canonical form; an :class:`IRError` naming ``where`` if invalid
+    (a :class:`LimitExceededError` if it is too long or expands too far)."""
     if isinstance(dim, bool) or not isinstance(dim, int | str):
-        raise IRError(f"{where}: {dim!r} is not a dimension (an int or a symbol expression)")
-    if isinstance(dim, int):
-        if dim < 0:
-            raise IRError(f"{where}: dimension {dim} is negative")
-        return dim
+        raise IRError(f"{where}: {repr(dim)[:80]} is not a dimension (an int or a symbol "
+                      "expression)")
     try:
-        return from_poly(to_poly(dim))
+        result = dim if isinstance(dim, int) else from_poly(to_poly(dim))
     except ValueError as exc:
-        raise IRError(f"{where}: cannot parse dimension {dim!r}: {exc}") from None
+        raise IRError(f"{where}: cannot parse dimension {_short(dim)}: {exc}") from None
+    except LimitExceededError as exc:
+        raise LimitExceededError(f"{where}: {exc}") from None
+    if isinstance(result, int) and result < 0:
+        written = "" if result == dim else f" ({_short(str(dim))})"
+        raise IRError(f"{where}: dimension {result}{written} is negative")
+    return result
+
+
+def _combined(a: Dim, op: str, b: Dim, poly: Callable[[], Poly]) -> Dim:
+    """The canonical form of ``poly()``, which combines ``a`` and ``b`` by ``op``."""
+    try:
+        return from_poly(poly())
+    except _TooManyTerms:
+        raise LimitExceededError(f"dimension ({_short(str(a))}){op}({_short(str(b))}) expands "
+                                 f"to more than {MAX_TERMS} terms") from None
 
 
 def dim_add(a: Dim, b: Dim) -> Dim:
     """``a + b``."""
-    return from_poly(_poly_add(to_poly(a), to_poly(b)))
+    return _combined(a, "+", b, lambda: _poly_add(to_poly(a), to_poly(b)))
 
 
 def dim_sub(a: Dim, b: Dim) -> Dim:
     """``a - b``."""
-    return from_poly(_poly_add(to_poly(a), _scale(to_poly(b), -1)))
+    return _combined(a, "-", b, lambda: _poly_add(to_poly(a), _scale(to_poly(b), -1)))
 
 
 def dim_mul(a: Dim, b: Dim) -> Dim:
     """``a * b``."""
-    return from_poly(_poly_mul(to_poly(a), to_poly(b)))
+    return _combined(a, "*", b, lambda: _poly_mul(to_poly(a), to_poly(b)))
 
 
 def dim_prod(dims: tuple[Dim, ...] | list[Dim]) -> Dim:

@@ -24,7 +24,8 @@ class Limits:
     """Upper bounds enforced on load, on verification and at run time."""
 
     max_elements: int = 1 << 28
-    """Elements in any one tensor (2**28: 1 GiB of float32)."""
+    """Elements in any one tensor (2**28: 1 GiB of float32), and so the size of any
+    one dimension, even of a tensor with no elements."""
     max_total_bytes: int = 4 << 30
     """Bytes of all tensors in one model file together."""
     max_rank: int = 32
@@ -41,6 +42,10 @@ class Limits:
                                      f"of {self.max_rank}")
         count = 1
         for d in shape:
+            if int(d) > self.max_elements:
+                raise LimitExceededError(
+                    f"{where}: dimension {int(d)} (shape {list(shape)}) exceeds the limit of "
+                    f"{self.max_elements} elements per tensor (see polyhal.ir.Limits)")
             count *= int(d)
         if count > self.max_elements:
             raise LimitExceededError(

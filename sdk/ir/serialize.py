@@ -16,24 +16,36 @@ from __future__ import annotations
 
 import io
 import json
+import lzma
 import math
 import os
 import tempfile
+import tokenize
 import zipfile
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
 from polyhal.errors import IRError, LimitExceededError, SerializationError
 from polyhal.ir.dtypes import DType
+from polyhal.ir.files import display, open_regular, read_limited
 from polyhal.ir.graph import Graph, Node, Value
 from polyhal.ir.limits import Limits, current_limits
 from polyhal.ir.types import TensorType
 
 FORMAT_NAME = "polyhal.graph"
 FORMAT_VERSION = 1
+
+_CHUNK_BYTES = 1 << 20
+"""Tensor data is read into its array in chunks of this size (no second copy)."""
+_DAMAGED = (ValueError, OSError, EOFError, SyntaxError, RuntimeError, zipfile.BadZipFile,
+            zlib.error, lzma.LZMAError, tokenize.TokenError)
+"""What zipfile, its decompressors and numpy's npy-header parser raise on a damaged npz
+(RuntimeError for an encrypted entry, its subclass NotImplementedError for an unknown
+compression method)."""
 
 
 # ----------------------------------------------------------------- writing
@@ -102,7 +114,11 @@ def to_document(graph: Graph) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:  # it names the temporary file: name the one asked for
+        raise SerializationError(f"{display(path)}: cannot write the file "
+                                 f"({exc.strerror or exc})") from None
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -121,7 +137,14 @@ def tensors_path(json_path: str | os.PathLike[str]) -> Path:
 
 def save(graph: Graph, path: str | os.PathLike[str]) -> Path:
     """Write ``graph`` to ``path`` (JSON) and its tensors beside it (``.npz``)."""
+    if not isinstance(graph, Graph):
+        raise SerializationError(f"save: expected a Graph, got {type(graph).__name__}")
+    if not isinstance(path, str | os.PathLike):
+        raise SerializationError(f"save: expected a file path ending in .json, got "
+                                 f"{type(path).__name__}")
     path = Path(path)
+    if "\x00" in str(path):
+        raise SerializationError(f"save: the path {display(path)} holds a NUL byte")
     if path.suffix != ".json":
         raise SerializationError(f"{path}: a polyhal model file must end in .json")
     doc, tensors = to_document(graph)
@@ -173,11 +196,21 @@ class _Reader:
                 raise self.fail(f"{where}.shape", f"dimension {d!r} is not an int or symbol")
         try:
             return TensorType(dtype, tuple(shape))
+        except LimitExceededError as exc:
+            raise LimitExceededError(f"{self.source}: {where}.shape: {exc}") from None
         except IRError as exc:
             raise self.fail(f"{where}.shape", str(exc)) from None
 
     def value(self, obj: Any, where: str) -> Value:
-        return Value(self.get(obj, "name", str, where), self.tensor_type(obj, where))
+        return self.build(Value, where, self.get(obj, "name", str, where),
+                          self.tensor_type(obj, where))
+
+    def build(self, cls: type, where: str, *args: Any) -> Any:
+        """``cls(*args)``, its error naming the file and ``where``."""
+        try:
+            return cls(*args)
+        except IRError as exc:
+            raise type(exc)(f"{self.source}: {where}: {exc}") from None
 
 
 def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
@@ -192,14 +225,16 @@ class _TensorStore:
         self.limits = limits
         self.total = 0
         self._zip: zipfile.ZipFile | None = None
+        self._file: IO[bytes] | None = None  # ZipFile does not close a file it is given
 
     def _archive(self) -> zipfile.ZipFile:
         if self._zip is None:
-            if not self.path.is_file():
+            if not self.path.exists():
                 raise SerializationError(f"{self.path}: tensor file is missing")
+            self._file = open_regular(self.path, "tensor file")
             try:
-                self._zip = zipfile.ZipFile(self.path)
-            except (zipfile.BadZipFile, OSError) as exc:
+                self._zip = zipfile.ZipFile(self._file)
+            except _DAMAGED as exc:
                 raise SerializationError(f"{self.path}: not a valid npz file ({exc})") from None
         return self._zip
 
@@ -224,32 +259,62 @@ class _TensorStore:
             raise SerializationError(f"{self.path}: {where}: entry {key!r} is {info.file_size} "
                                      f"bytes, more than its declared {expected} needs")
         storage = np.dtype(np.uint16) if expected.dtype is DType.BFLOAT16 else expected.dtype.numpy
+        array = np.empty(shape, storage)
         try:
             with archive.open(info) as fh:
-                version = np.lib.format.read_magic(fh)
-                header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                          else np.lib.format.read_array_header_2_0)(fh)
-                file_shape, fortran, file_dtype = header
-                if file_dtype != storage or tuple(file_shape) != shape or fortran:
-                    raise SerializationError(
-                        f"{self.path}: {where}: entry {key!r} holds {file_dtype}{list(file_shape)}"
-                        f", but the model declares {expected}")
-                data = fh.read(nbytes)
+                self._check_header(fh, info, key, array, expected, where)
+                complete = _read_into(fh, array)
         except SerializationError:
             raise
-        except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
+        except _DAMAGED as exc:
             raise SerializationError(f"{self.path}: {where}: cannot read tensor {key!r} "
-                                     f"({exc})") from None
-        if len(data) != nbytes:
+                                     f"({type(exc).__name__}: {exc})") from None
+        if not complete:
             raise SerializationError(f"{self.path}: {where}: tensor {key!r} is truncated")
-        array = np.frombuffer(data, dtype=storage).reshape(shape)
-        if expected.dtype is DType.BFLOAT16:
-            array = array.view(DType.BFLOAT16.numpy)
-        return array.copy()
+        array.flags.writeable = False  # so that the graph keeps it without a copy
+        return array.view(DType.BFLOAT16.numpy) if expected.dtype is DType.BFLOAT16 else array
+
+    def _check_header(self, fh: IO[bytes], info: zipfile.ZipInfo, key: str,
+                      array: np.ndarray, expected: TensorType, where: str) -> None:
+        """Check the npy header of entry ``key`` against the array it must fill, and the
+        entry's size in the zip directory against the header and the array."""
+        version = np.lib.format.read_magic(fh)
+        header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                  else np.lib.format.read_array_header_2_0)(fh)
+        file_shape, fortran, file_dtype = header
+        at = f"{self.path}: {where}: entry {key!r}"
+        if file_dtype != array.dtype or tuple(file_shape) != array.shape:
+            raise SerializationError(f"{at} holds {file_dtype}{list(file_shape)}, but the model "
+                                     f"declares {expected}")
+        if fortran and array.ndim > 1:
+            raise SerializationError(f"{at} is stored in Fortran (column-major) order; polyhal "
+                                     "reads C-ordered arrays (write it with np.ascontiguousarray)")
+        needed = fh.tell() + array.nbytes
+        if info.file_size < needed:
+            raise SerializationError(f"{self.path}: {where}: tensor {key!r} is truncated: the "
+                                     f"entry is {info.file_size} bytes, {expected} needs {needed}")
+        if info.file_size > needed:
+            raise SerializationError(f"{at} is {info.file_size} bytes, more than its declared "
+                                     f"{expected} needs ({needed})")
 
     def close(self) -> None:
         if self._zip is not None:
             self._zip.close()
+        if self._file is not None:
+            self._file.close()
+
+
+def _read_into(fh: IO[bytes], array: np.ndarray) -> bool:
+    """Fill ``array`` from ``fh`` chunk by chunk; False if ``fh`` ends first."""
+    buffer = array.reshape(-1).view(np.uint8)
+    done = 0
+    while done < buffer.size:
+        chunk = fh.read(min(_CHUNK_BYTES, buffer.size - done))
+        if not chunk:
+            return False
+        buffer[done:done + len(chunk)] = np.frombuffer(chunk, np.uint8)
+        done += len(chunk)
+    return True
 
 
 def _decode_float(value: Any, reader: _Reader, where: str) -> float:
@@ -325,8 +390,9 @@ def from_document(doc: Any, store: _TensorStore, source: str = "<document>",
         attrs = {k: _decode_attr(v, r, store, f"{where}.attrs.{k}") for k, v in attrs_doc.items()}
         outs = [r.value(o, f"{where}.outputs[{j}]")
                 for j, o in enumerate(r.list_of(n, "outputs", where))]
-        nodes.append(Node(r.get(n, "op", str, where), r.get(n, "name", str, where),
-                          tuple(inputs_), tuple(outs), attrs, r.get(n, "domain", str, where)))
+        nodes.append(r.build(Node, where, r.get(n, "op", str, where),
+                             r.get(n, "name", str, where), tuple(inputs_), tuple(outs), attrs,
+                             r.get(n, "domain", str, where)))
     try:
         return Graph(r.get(doc, "name", str, "document"), tuple(inputs), tuple(outputs),
                      tuple(nodes), constants, r.get(doc, "doc", str, "document", default=""))
@@ -340,19 +406,13 @@ def load(path: str | os.PathLike[str], limits: Limits | None = None) -> Graph:
         raise SerializationError(f"load: expected a file path, got {type(path).__name__}")
     path = Path(path)
     limits = limits or current_limits()
+    data = read_limited(path, limits.max_file_bytes, "model file")
     try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise SerializationError(f"{path}: cannot read model file ({exc.strerror})") from None
-    if size > limits.max_file_bytes:
-        raise LimitExceededError(f"{path}: {size} bytes exceed the model file limit of "
-                                 f"{limits.max_file_bytes}")
-    try:
-        doc = json.loads(path.read_bytes())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SerializationError(f"{path}: not valid JSON ({exc})") from None
+        doc = json.loads(data)
     except RecursionError:
         raise SerializationError(f"{path}: JSON nested too deeply") from None
+    except ValueError as exc:  # UnicodeDecodeError, JSONDecodeError, an int of 4301 digits
+        raise SerializationError(f"{path}: not valid JSON ({exc})") from None
     store = _TensorStore(tensors_path(path), limits)
     try:
         return from_document(doc, store, str(path), limits)

@@ -102,6 +102,8 @@ def infer_node(op: OpDef, node_name: str, input_types: Sequence[TensorType | Non
     ctx = InferContext(node_name, op, list(input_types), attrs, num_outputs, list(consts))
     try:
         result = op.infer(ctx)
+    except LimitExceededError as exc:  # raised by the dims arithmetic, which knows no node
+        raise LimitExceededError(f"{where}: {exc}") from None
     except IRError:
         raise
     except Exception as exc:  # an inference bug must still name the node

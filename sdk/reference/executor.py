@@ -34,7 +34,7 @@ def bind_inputs(graph: Graph, args: Sequence[Any], kwargs: Mapping[str, Any]
         if array is None:
             raise InputBindingError(f"{_input_where(value.name, expected)}: got None")
         if not isinstance(array, np.ndarray):
-            array = np.asarray(array)
+            array = _as_array(array, value.name, expected)
         if array.dtype != expected.dtype.numpy:
             array = _in_native_order(array, expected, value.name)
         if array.ndim != expected.rank or D.bind_shape(expected.shape, array.shape,
@@ -43,6 +43,17 @@ def bind_inputs(graph: Graph, args: Sequence[Any], kwargs: Mapping[str, Any]
                         InputBindingError)
         arrays[value.name] = array
     return arrays, bindings
+
+
+def _as_array(data: Any, name: str, expected: TensorType) -> np.ndarray:
+    """``data`` (a list, a scalar, a buffer) as an array; an InputBindingError if it is not
+    one (a ragged list, say)."""
+    try:
+        return np.asarray(data)
+    except (ValueError, TypeError) as exc:
+        raise InputBindingError(f"{_input_where(name, expected)}: got a "
+                                f"{type(data).__name__} that is not an array of one shape "
+                                f"({exc})") from None
 
 
 def _in_input_order(graph: Graph, args: Sequence[Any], kwargs: Mapping[str, Any]

@@ -26,6 +26,7 @@ from polyhal.interop.nir.reader import read_nir_file
 from polyhal.interop.nir.structure import flatten, topological_order
 from polyhal.ir.builder import GraphBuilder, Var
 from polyhal.ir.dtypes import DType
+from polyhal.ir.files import display
 from polyhal.ir.graph import Graph
 from polyhal.ir.limits import Limits, current_limits, use_limits
 from polyhal.ir.types import TensorType
@@ -65,7 +66,7 @@ def load_nir(source: Source, *, dt: float, method: str = "euler", reset: str = "
     if not isinstance(source, nir.NIRGraph | str | os.PathLike):
         raise SerializationError(f"load_nir: expected a path or a nir.NIRGraph, got "
                                  f"{type(source).__name__}")
-    label = "<nir graph>" if isinstance(source, nir.NIRGraph) else str(source)
+    label = "<nir graph>" if isinstance(source, nir.NIRGraph) else display(source)
     with use_limits(limits):
         try:
             if isinstance(source, nir.NIRGraph):
@@ -123,10 +124,15 @@ def as_ints(value: Any, count: int, where: str) -> list[int]:
     array = as_array(value, where).reshape(-1)
     if array.size == 1:
         array = np.repeat(array, count)
-    if array.size != count or not np.all(array == np.round(array)):
+    if array.size != count or not _all_integers(array):
         raise VerificationError(f"{where} must be {count} integer(s), got "
                                 f"{np.asarray(value).tolist()}")
     return [int(v) for v in array]
+
+
+def _all_integers(array: np.ndarray) -> bool:
+    """True when every element is a finite whole number (inf is not a size)."""
+    return bool(np.all(np.isfinite(array)) and np.all(array == np.round(array)))
 
 
 class _Importer:
@@ -185,7 +191,7 @@ class _Importer:
     @staticmethod
     def shape(value: Any, where: str) -> tuple[int, ...]:
         array = as_array(value, where)
-        if array.ndim != 1 or not np.all(array == np.round(array)) or np.any(array < 0):
+        if array.ndim != 1 or not _all_integers(array) or np.any(array < 0):
             raise VerificationError(f"{where} must be a list of sizes, got {array.tolist()}")
         return tuple(int(d) for d in array)
 

@@ -36,6 +36,16 @@ _SHAPE_FIELD = {"Input": "shape", "Output": "shape"}
 """Types whose file field differs from the constructor: Input/Output store ``shape``."""
 _OPTIONAL = {"Conv1d": {"input_shape"}, "Conv2d": {"input_shape"}, "Flatten": {"input_type"}}
 """Fields a file may omit although the constructor has no default."""
+_CONV_INTS = {"stride": 1, "padding": 0, "dilation": 1, "groups": 1, "input_shape": 0}
+_INT_FIELDS = {"Input": {"shape": 0}, "Output": {"shape": 0}, "Conv1d": _CONV_INTS,
+               "Conv2d": _CONV_INTS, "SumPool2d": {"kernel_size": 1, "stride": 1, "padding": 0},
+               "Flatten": {"start_dim": None, "end_dim": None, "input_type": 0}}
+"""Fields that hold integers (a padding may also be a string), with their least value
+(None: any), checked before nir computes shapes from them."""
+MAX_STRING_BYTES = 1024
+"""Bytes of one fixed-length string in a NIR file (a node type, a node name)."""
+MAX_EDGES = 1 << 20
+"""Edges of one NIR graph (also bounded by the square of ``Limits.max_nodes``)."""
 
 
 def read_nir_file(path: str | os.PathLike[str], limits: Limits,
@@ -55,6 +65,8 @@ def _read(path: Path, limits: Limits) -> nir.NIRGraph:
             raise SerializationError("cannot read NIR file (not a regular file)")
     except OSError as exc:
         raise SerializationError(f"cannot read NIR file ({exc.strerror or exc})") from None
+    except ValueError:
+        raise SerializationError("cannot read NIR file (the path holds a NUL byte)") from None
     if size > limits.max_total_bytes:
         raise LimitExceededError(f"the file's {size} bytes exceed the limit of "
                                  f"{limits.max_total_bytes} (see polyhal.ir.Limits)")
@@ -93,8 +105,9 @@ class _Reader:
         self.total_bytes = 0
         self.nodes = 0
 
-    def value(self, dataset: Any, where: str) -> Any:
-        """A dataset's content: a str, a number, an array of numbers or of str."""
+    def value(self, dataset: Any, where: str, max_strings: int = 1) -> Any:
+        """A dataset's content: a str, a number, an array of numbers or of at most
+        ``max_strings`` str (each Python object costs far more than its bytes in the file)."""
         if not isinstance(dataset, h5py.Dataset):
             raise SerializationError(f"{where} is a group, expected a value")
         if dataset.is_virtual:
@@ -104,6 +117,8 @@ class _Reader:
             raise SerializationError(f"{where} has element type {dataset.dtype}; NIR stores "
                                      "numbers and strings")
         self.limits.check_shape(dataset.shape, where)
+        if text:
+            _check_strings(dataset, where, max_strings)
         self.total_bytes += dataset.size * dataset.dtype.itemsize
         if self.total_bytes > self.limits.max_total_bytes:
             raise LimitExceededError(f"{where}: the file's tensors exceed "
@@ -122,7 +137,7 @@ class _Reader:
         if not isinstance(group, h5py.Group):
             raise SerializationError(f"{where} is a value, expected a group")
         if depth == 0:
-            kind = self.value(_child(group, "type", where), f"{where}: 'type'")
+            kind = self.kind(group, where)
             if kind != "NIRGraph":
                 raise SerializationError(f"the file holds a single {kind!r} node, not a NIRGraph;"
                                          " polyhal loads graphs (wrap it: NIRGraph.from_list)")
@@ -139,8 +154,17 @@ class _Reader:
         edges = self.edges(_child(group, "edges", where), where)
         return nir.NIRGraph(nodes=nodes, edges=edges, type_check=False)
 
+    def kind(self, group: Any, where: str) -> str:
+        """The ``type`` of a node or graph: one string."""
+        kind = self.value(_child(group, "type", where), f"{where}: 'type'")
+        if not isinstance(kind, str):
+            raise SerializationError(f"{where}: 'type' must be a string, got "
+                                     f"{_describe(kind)}")
+        return kind
+
     def edges(self, dataset: Any, where: str) -> list[tuple[str, str]]:
-        data = self.value(dataset, f"{where}: 'edges'")
+        max_edges = min(self.limits.max_nodes ** 2, MAX_EDGES)
+        data = self.value(dataset, f"{where}: 'edges'", max_strings=2 * max_edges)
         if isinstance(data, np.ndarray) and data.size == 0:
             return []
         if not (isinstance(data, np.ndarray) and data.ndim == 2 and data.shape[1] == 2
@@ -153,9 +177,7 @@ class _Reader:
         where = _label(path)
         if not isinstance(group, h5py.Group):
             raise SerializationError(f"{where} is a value, expected a group")
-        kind = self.value(_child(group, "type", where), f"{where}: 'type'")
-        if not isinstance(kind, str):
-            raise SerializationError(f"{where}: 'type' must be a string, got {kind!r}")
+        kind = self.kind(group, where)
         if kind == "NIRGraph":
             return self.graph(group, path, depth + 1)
         check_supported(kind, path)
@@ -174,6 +196,9 @@ class _Reader:
                                         and spec.default_factory is dataclasses.MISSING)
             if name not in given and required and name not in _OPTIONAL.get(kind, ()):
                 raise SerializationError(f"{where} ({kind}) has no field {name!r}")
+        for name, least in _INT_FIELDS.get(kind, {}).items():
+            if name in given:
+                _check_ints(given[name], least, f"{where} ({kind}): field {name!r}")
         return _construct(kind, cls, given, where)
 
 
@@ -190,7 +215,8 @@ def _construct(kind: str, cls: type, given: dict[str, Any], where: str) -> nir.N
         kwargs = given
     try:
         return cls(**kwargs)
-    except (AssertionError, ValueError, TypeError, IndexError, AttributeError) as exc:
+    except (AssertionError, ValueError, TypeError, IndexError, AttributeError, OverflowError,
+            ZeroDivisionError) as exc:
         raise VerificationError(f"{where} ({kind}): nir rejects its fields: "
                                 f"{exc or type(exc).__name__}") from None
 
@@ -202,3 +228,38 @@ def _decode(data: Any, where: str) -> str:
         return bytes(data).decode("utf-8")
     except (UnicodeDecodeError, TypeError):
         raise SerializationError(f"{where}: a string is not valid UTF-8") from None
+
+
+def _check_strings(dataset: Any, where: str, max_strings: int) -> None:
+    """Refuse a string dataset with more or longer strings than ``where`` can hold,
+    before anything is read or decompressed."""
+    if dataset.size > max_strings:
+        raise LimitExceededError(f"{where} holds {dataset.size} strings, more than the "
+                                 f"{max_strings} it may")
+    if dataset.dtype.itemsize > MAX_STRING_BYTES and dataset.dtype.kind == "S":
+        raise LimitExceededError(f"{where} holds strings of {dataset.dtype.itemsize} bytes, "
+                                 f"more than the limit of {MAX_STRING_BYTES}")
+
+
+def _check_ints(value: Any, least: int | None, where: str) -> None:
+    """A VerificationError naming ``where`` unless ``value`` is a string (a padding
+    mode, checked by nir) or finite integers of at least ``least``."""
+    if isinstance(value, str):
+        return
+    array = np.asarray(value)
+    if array.dtype.kind not in "biuf" or not np.all(np.isfinite(array)) \
+            or not np.all(array == np.round(array)) \
+            or (least is not None and np.any(array < least)):
+        expected = "integers" if least is None else f"integers >= {least}"
+        raise VerificationError(f"{where} must hold {expected}, got {_describe(value)}")
+
+
+def _describe(value: Any) -> str:
+    """``value`` for an error message, short even when it is a large array."""
+    if isinstance(value, np.ndarray):
+        if value.size > 8:
+            return f"an array of shape {list(value.shape)}"
+        return str(value.tolist())
+    if isinstance(value, np.generic):
+        value = value.item()
+    return repr(value)[:80]

@@ -39,6 +39,7 @@ from polyhal.interop.onnx.versions import (
 )
 from polyhal.ir import dims as D
 from polyhal.ir.dtypes import DType
+from polyhal.ir.files import display, read_limited
 from polyhal.ir.graph import Graph, Node, Value, freeze_attr
 from polyhal.ir.limits import Limits, current_limits, use_limits
 from polyhal.ir.types import TensorType
@@ -80,23 +81,9 @@ def _read(source: Source, limits: Limits) -> tuple[ModelProto, str, Path | None]
         label, folder, data = "<onnx bytes>", None, bytes(source)
     elif isinstance(source, str | os.PathLike):
         path = Path(source)
-        label, folder = str(path), path.parent
-        try:
-            size = path.stat().st_size
-            if not path.is_file():
-                raise SerializationError(f"{path}: cannot read model file (not a regular file)")
-        except OSError as exc:
-            raise SerializationError(f"{path}: cannot read model file "
-                                     f"({exc.strerror or exc})") from None
-        if size > limits.max_file_bytes:
-            raise LimitExceededError(f"{path}: {size} bytes exceed the model file limit of "
-                                     f"{limits.max_file_bytes} (see polyhal.ir.Limits; large "
-                                     "weights belong in external data)")
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise SerializationError(f"{path}: cannot read model file "
-                                     f"({exc.strerror or exc})") from None
+        label, folder = display(path), path.parent
+        data = read_limited(path, limits.max_file_bytes, "model file",
+                            " (see polyhal.ir.Limits; large weights belong in external data)")
     else:
         raise SerializationError(f"load_onnx: expected a path, a ModelProto or bytes, got "
                                  f"{type(source).__name__}")

@@ -1,0 +1,50 @@
+"""Hostile ONNX inputs found by fuzzing: each error names the path, the initializer or
+the dimension at fault."""
+
+from __future__ import annotations
+
+import pytest
+
+from polyhal.errors import LimitExceededError, SerializationError
+
+onnx = pytest.importorskip("onnx")
+
+from onnx import TensorProto, helper  # noqa: E402
+
+from polyhal.interop.onnx import load_onnx  # noqa: E402
+
+
+def _model(nodes, x_shape, initializers=()):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph(nodes, "g", [x], [y], list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_path_with_a_nul_byte_is_a_serialization_error(tmp_path):
+    with pytest.raises(SerializationError, match=r"model\\x00.onnx': cannot read model file "
+                                                 r"\(the path holds a NUL byte\)"):
+        load_onnx(str(tmp_path / "model\x00.onnx"))
+
+
+def test_a_folder_is_not_a_model_file(tmp_path):
+    (tmp_path / "dir.onnx").mkdir()
+    with pytest.raises(SerializationError, match=r"dir.onnx: cannot read model file \(a folder"):
+        load_onnx(tmp_path / "dir.onnx")
+
+
+def test_an_empty_initializer_with_huge_dims_names_the_initializer():
+    empty = helper.make_tensor("w", TensorProto.FLOAT, [0, 2**62, 2**62], [])
+    model = _model([helper.make_node("Identity", ["x"], ["y"])], [1], [empty])
+    with pytest.raises(LimitExceededError, match=r"initializer 'w': dimension "
+                                                 r"4611686018427387904 .*exceeds the limit"):
+        load_onnx(model)
+
+
+def test_a_flatten_of_long_symbolic_dims_names_the_node_and_dimension():
+    names = [f"symbol_number_{i}" for i in range(20)]
+    model = _model([helper.make_node("Flatten", ["x"], ["y"], axis=20)], names)
+    with pytest.raises(LimitExceededError, match=r"node 'Flatten_0' \(core.Flatten\): dimension "
+                                                 r"'symbol_number_0\*symbol_number_1\*.*"
+                                                 r"characters long in canonical form"):
+        load_onnx(model)
