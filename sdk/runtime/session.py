@@ -261,9 +261,14 @@ class Session:
         return self.compile(graph)(*args, **kwargs)
 
     def health(self) -> dict[str, DeviceHealth]:
-        """Every device's health, by address (the fallback's too)."""
+        """Every device's health, by address (the fallback's too, as ``"ADDRESS
+        (fallback)"`` when a session device has its address)."""
         with self._cond:
-            return {lane.address: lane.health() for lane in self._every_lane()}
+            health = {lane.address: lane.health() for lane in self._lanes}
+            if self._fallback is not None:
+                key = self._fallback.address
+                health[f"{key} (fallback)" if key in health else key] = self._fallback.health()
+            return health
 
     def close(self) -> None:
         """Fail what is still queued, stop the threads and close the devices opened here."""

@@ -109,3 +109,12 @@ def test_a_device_thread_that_stops_unexpectedly_fails_the_calls_it_leaves():
         assert health.state == "failed" and "RuntimeError" in health.last_error
         with pytest.raises(PolyhalError, match="no device is left to run micro-batch 0"):
             compiled.submit(x=np.ones((2, 3), np.float32)).result(timeout=30)
+
+
+def test_a_device_at_the_fallbacks_address_keeps_its_own_health_entry():
+    with Session(["reference"], fallback="reference", timeout=30) as session:
+        session.compile(_graph()).submit(x=np.ones((2, 3), np.float32)).result(timeout=60)
+        health = session.health()
+    assert set(health) == {"reference:0", "reference:0 (fallback)"}
+    assert health["reference:0"].completed == 1
+    assert health["reference:0 (fallback)"].completed == 0
