@@ -1,7 +1,9 @@
 """Comparing two conformance results: what one passes that the other does not.
 
 Each side is an adapter name (the suite runs against it) or a report: a
-``report.json`` file, or a folder holding one, as ``--report`` writes it."""
+``report.json`` file, or a folder holding one, as ``--report`` writes it. A side
+spelled as an adapter name (lower-case letters, digits, hyphens) is the adapter;
+anything else is a path (``./out`` for a folder ``out``)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from polyhal.errors import PolyhalError
+from polyhal.errors import AdapterContractError, PolyhalError
+from polyhal.hal.checks import ADAPTER_NAME
 
 MISSING = "missing"
 """The outcome shown for a case id that the other side does not have."""
@@ -77,20 +80,16 @@ def side_from_report(doc: dict[str, Any], name: str) -> Side:
 
 def load_report(path: str | Path) -> dict[str, Any]:
     """Read ``path`` (a ``report.json`` or a folder holding one) and check it against
-    the report schema; a missing, unreadable or malformed file is a ``PolyhalError``."""
+    the report schema; a missing, unreadable, oversized or malformed file is a
+    ``PolyhalError``."""
     import jsonschema
 
-    from polyhal.conformance.report import SCHEMA_PATH
+    from polyhal.conformance.report import SCHEMA_PATH, read_report_json
 
     path = Path(path)
     if path.is_dir():
         path = path / "report.json"
-    try:
-        doc = json.loads(path.read_text())
-    except OSError as exc:
-        raise PolyhalError(f"cannot read report {path}: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise PolyhalError(f"{path} is not JSON: {exc}") from None
+    doc = read_report_json(path)
     schema = json.loads(SCHEMA_PATH.read_text())
     error = jsonschema.exceptions.best_match(
         jsonschema.Draft202012Validator(schema).iter_errors(doc))
@@ -101,20 +100,47 @@ def load_report(path: str | Path) -> dict[str, Any]:
     return doc
 
 
-def _is_report(source: str) -> bool:
-    """Whether ``source`` names a report (a path) rather than an adapter."""
-    return (source.endswith(".json") or "/" in source
-            or (Path(source) / "report.json").is_file())
+def is_report_path(source: str) -> bool:
+    """Whether the side ``source`` is a report path rather than an adapter name: it is
+    when it cannot be an adapter name (it holds ``/``, ``.``, a capital...). A side
+    spelled as an adapter name is always the adapter, even where a folder of that
+    name exists: ``./NAME`` is the folder."""
+    return not ADAPTER_NAME.fullmatch(source)
 
 
-def resolve_side(source: str, levels: Sequence[str] | None, profile: str,
-                 **run_options: Any) -> Side:
-    """The side ``source`` names: a report path is loaded; an adapter name is run with
-    ``levels``, ``profile`` and ``run_options`` (see :func:`run_suite`)."""
-    if _is_report(source):
-        doc = load_report(source)
-        return side_from_report(doc, f"{doc['adapter']} ({source})")
+def resolve_sides(sources: Sequence[str], levels: Sequence[str] | None, profile: str,
+                  **run_options: Any) -> list[Side]:
+    """The sides ``sources`` name: a report path is loaded; an adapter name is run with
+    ``levels``, ``profile`` and ``run_options`` (see :func:`run_suite`). Every report
+    is read and every adapter name checked before the first run."""
+    from polyhal.conformance.profiles import parse_levels
     from polyhal.conformance.runner import run_suite
 
-    report = run_suite(source, levels=levels, profile=profile, **run_options)
-    return side_from_report(report.to_dict(), source)
+    loaded = {}
+    for source in sources:
+        if is_report_path(source):
+            doc = load_report(source)
+            loaded[source] = side_from_report(doc, f"{doc['adapter']} ({source})")
+        else:
+            _check_adapter(source)
+    if levels and len(loaded) < len(sources):
+        parse_levels(levels)
+    return [loaded[source] if source in loaded else side_from_report(
+        run_suite(source, levels=levels, profile=profile, **run_options).to_dict(), source)
+        for source in sources]
+
+
+def _check_adapter(name: str) -> None:
+    """A :class:`PolyhalError` unless adapter ``name`` exists; where a file or folder
+    of that name does, it says how to compare that instead."""
+    from polyhal.hal import get_adapter
+
+    try:
+        get_adapter(name)
+    except AdapterContractError:
+        raise
+    except PolyhalError as exc:
+        if Path(name).exists():
+            raise PolyhalError(f"{exc}; a side spelled as an adapter name is the adapter: "
+                               f"write ./{name} to compare the report in {name}") from None
+        raise

@@ -5,11 +5,15 @@ from __future__ import annotations
 import html
 import json
 import math
+import os
+import stat
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
+from polyhal.cache import write_atomically
 from polyhal.conformance.runner import OUTCOMES, CaseResult, Report
-from polyhal.errors import ConformanceError
+from polyhal.errors import ConformanceError, PolyhalError
 
 SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 COLOURS = {"passed": "#2e7d32", "failed": "#c62828", "crashed": "#6a1b9a",
@@ -17,10 +21,20 @@ COLOURS = {"passed": "#2e7d32", "failed": "#c62828", "crashed": "#6a1b9a",
            "not_applicable": "#9e9e9e"}
 
 
+REPORT_FILES = ("report.json", "report.md", "report.html")
+"""The files :func:`write_report` writes into its folder."""
+MAX_REPORT_BYTES = 256 * 2**20
+"""The largest ``report.json`` read back (a ``full`` run of every level is a few MB)."""
+
+
 def write_report(report: Report, folder: str | Path) -> list[Path]:
-    """Write the three report files into ``folder``; returns their paths. A folder
-    or file that cannot be written is a :class:`ConformanceError` naming it."""
+    """Write the three report files into ``folder``; returns their paths.
+
+    Each file is written atomically. An earlier report of the same adapter there
+    is replaced; anything else is refused (see :func:`check_report_folder`). A
+    folder or file that cannot be written is a :class:`ConformanceError` naming it."""
     folder = Path(folder)
+    check_report_folder(folder, report.adapter)
     texts = {"report.json": json.dumps(report.to_dict(), indent=1),
              "report.md": render_markdown(report), "report.html": render_html(report)}
     paths = []
@@ -28,12 +42,71 @@ def write_report(report: Report, folder: str | Path) -> list[Path]:
         folder.mkdir(parents=True, exist_ok=True)
         for name, text in texts.items():
             paths.append(folder / name)
-            paths[-1].write_text(text)
+            write_atomically(paths[-1], text.encode("utf-8"))
     except OSError as exc:
         where = paths[-1] if paths else folder
         raise ConformanceError(f"{where}: cannot write the report "
                                f"({exc.strerror or exc})") from None
     return paths
+
+
+def check_report_folder(folder: str | Path, adapter: str) -> None:
+    """Refuse, before any work, a ``folder`` where writing ``adapter``'s report would
+    destroy something: a report file that is a symbolic link or not a plain file,
+    or report files beside a ``report.json`` that is not ``adapter``'s earlier
+    report. A :class:`ConformanceError` names the file."""
+    folder = Path(folder)
+    present = [folder / name for name in REPORT_FILES if os.path.lexists(folder / name)]
+    for path in present:
+        if path.is_symlink():
+            raise ConformanceError(f"{path}: cannot write the report (it is a symbolic link, "
+                                   "and polyhal never writes through one)")
+        if not path.is_file():
+            raise ConformanceError(f"{path}: cannot write the report (it exists and is not "
+                                   "a file)")
+    if not present:
+        return
+    previous = _report_adapter(folder / "report.json")
+    if previous != adapter:
+        found = (f"holds the report of adapter {previous!r}" if previous
+                 else "holds report files that are not a polyhal conformance report")
+        raise ConformanceError(f"{folder} {found}: nothing was written, to keep it; "
+                               f"choose another folder for the report of {adapter!r}")
+
+
+def _report_adapter(path: Path) -> str | None:
+    """The adapter of the conformance report at ``path``; None when it is not one."""
+    try:
+        doc = read_report_json(path)
+    except PolyhalError:
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
+        return None
+    adapter = doc.get("adapter")
+    return adapter if isinstance(adapter, str) else None
+
+
+def read_report_json(path: str | Path) -> Any:
+    """The JSON document in ``path``, a plain file of at most
+    :data:`MAX_REPORT_BYTES`; anything else is a :class:`PolyhalError` naming it."""
+    path = Path(path)
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):  # before opening: a FIFO would block
+            raise PolyhalError(f"cannot read report {path}: it is not a file")
+        with path.open("rb") as stream:
+            data = stream.read(MAX_REPORT_BYTES + 1)
+    except OSError as exc:
+        raise PolyhalError(f"cannot read report {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_REPORT_BYTES:
+        raise PolyhalError(f"cannot read report {path}: larger than "
+                           f"{MAX_REPORT_BYTES // 2**20} MiB")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PolyhalError(f"{path} is not JSON: {exc}") from None
+    except RecursionError:
+        raise PolyhalError(f"{path} is not a conformance report: its JSON is nested too "
+                           "deeply") from None
 
 
 def _summary_line(report: Report) -> str:

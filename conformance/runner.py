@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -191,6 +192,17 @@ def apply_expectations(result: CaseResult, expected: Entry | None,
 ProgressCallback = Callable[[CaseResult, int, int], None]
 
 
+def device_timeout(timeout: float | None, default: float) -> float:
+    """The per-call timeout of a device under test: ``timeout``, else
+    ``POLYHAL_DEVICE_TIMEOUT`` when set, else ``default``; a value that is not a
+    positive number of seconds is a :class:`PolyhalError` naming where it came from."""
+    from polyhal.hal.isolation import TIMEOUT_ENV, check_timeout, default_timeout
+
+    if timeout is not None:
+        return check_timeout("run_suite", timeout)
+    return default_timeout() if os.environ.get(TIMEOUT_ENV, "").strip() else default
+
+
 def run_suite(adapter: str, levels: Sequence[str] | None = None, profile: str = "ci",
               isolate: bool = True, timeout: float | None = None,
               on_result: ProgressCallback | None = None,
@@ -202,20 +214,24 @@ def run_suite(adapter: str, levels: Sequence[str] | None = None, profile: str = 
     levels L0-L2 only (all of them when ``levels`` is None), float32 cases at the
     mode's tolerance (:mod:`polyhal.conformance.precision`). With ``levels`` None,
     levels that cannot run here (:func:`~polyhal.conformance.levels.unavailable_levels`)
-    are left out; the report's ``levels`` lists what ran."""
+    are left out; the report's ``levels`` lists what ran.
+
+    ``timeout`` is the device's per-call timeout in seconds; without it,
+    ``POLYHAL_DEVICE_TIMEOUT``, else the profile's ``case_timeout_s``."""
+    settings = get_profile(profile)
+    call_timeout = device_timeout(timeout, settings.case_timeout_s)
     if precision != "fp32" and levels is None:
         levels = PRECISION_LEVELS
     if levels is None:
         missing = unavailable_levels()
         levels = [level for level in parse_levels(None) if level not in missing]
     chosen = parse_levels(levels)
-    settings = get_profile(profile)
     adapter_obj = get_adapter(adapter)
     manifest = load_manifest(type(adapter_obj))
     shared = unsettled()
     started = dt.datetime.now(dt.UTC)
     clock = time.perf_counter()
-    device = open_device(adapter, isolate=isolate, timeout=timeout or settings.case_timeout_s)
+    device = open_device(adapter, isolate=isolate, timeout=call_timeout)
     try:
         caps = device.capabilities
         check_precision(precision, chosen, caps, adapter)

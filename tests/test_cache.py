@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from polyhal.adapters.cpu import fusion
 from polyhal.adapters.neuro import runner
 from polyhal.cache import cache_dir
+from polyhal.errors import DeviceError, PolyhalError
 from polyhal.simulators.fpga import build
 
 
@@ -26,3 +29,64 @@ def test_without_the_variable_caches_live_in_the_home_folder(tmp_path, monkeypat
     assert cache_dir("neuro", create=False) == Path(tmp_path) / ".cache" / "polyhal" / "neuro"
     monkeypatch.setenv("POLYHAL_CACHE_DIR", "")  # empty counts as unset
     assert cache_dir("fpga", create=False) == Path(tmp_path) / ".cache" / "polyhal" / "fpga"
+
+
+def test_a_leading_tilde_is_the_home_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("POLYHAL_CACHE_DIR", "~/caches")
+    monkeypatch.chdir(tmp_path)
+    assert cache_dir("onnx") == tmp_path / "caches" / "onnx"
+    assert not (tmp_path / "~").exists()
+
+
+@pytest.mark.parametrize("root", ["afile", "/proc/polyhal-cache"])
+def test_a_cache_folder_that_cannot_be_made_names_the_variable(tmp_path, monkeypatch, root):
+    if root.startswith("/proc") and not Path("/proc/self").exists():
+        pytest.skip("no /proc here")
+    (tmp_path / "afile").write_text("x")
+    root = str(tmp_path / root) if root == "afile" else root
+    monkeypatch.setenv("POLYHAL_CACHE_DIR", root)
+    with pytest.raises(PolyhalError, match=rf"POLYHAL_CACHE_DIR='{root}': cannot create the "
+                                           rf"cache folder {root}/cpu-kernels"):
+        fusion.cache_dir()
+
+
+def test_a_run_on_a_device_with_a_bad_cache_names_the_variable(tmp_path, monkeypatch):
+    import numpy as np
+
+    import polyhal
+    from polyhal import ops
+    from polyhal.ir import GraphBuilder, f32
+
+    (tmp_path / "afile").write_text("x")
+    monkeypatch.setenv("POLYHAL_CACHE_DIR", str(tmp_path / "afile"))
+    g = GraphBuilder("m")
+    g.output(ops.exp(ops.tanh(ops.relu(g.input("x", f32[2])))))
+    with pytest.raises(PolyhalError, match="POLYHAL_CACHE_DIR=") as error:
+        polyhal.compile(g.build(), device="cpu")(np.ones(2, np.float32))
+    assert not isinstance(error.value, DeviceError)  # a setting, not a device fault
+
+
+def test_a_write_that_fails_midway_leaves_the_file_as_it_was(tmp_path):
+    from polyhal.cache import write_atomically
+
+    (tmp_path / "f").write_text("previous")
+
+    def half(stream):
+        stream.write(b"half of it")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        write_atomically(tmp_path / "f", half)
+    assert (tmp_path / "f").read_text() == "previous"
+    assert [p.name for p in tmp_path.iterdir()] == ["f"]
+
+
+def test_a_symbolic_link_is_replaced_not_written_through(tmp_path):
+    from polyhal.cache import write_atomically
+
+    (tmp_path / "precious").write_text("mine")
+    (tmp_path / "link").symlink_to(tmp_path / "precious")
+    write_atomically(tmp_path / "link", b"new")
+    assert (tmp_path / "precious").read_text() == "mine"
+    assert not (tmp_path / "link").is_symlink() and (tmp_path / "link").read_bytes() == b"new"

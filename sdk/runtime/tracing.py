@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from polyhal._version import __version__
+from polyhal.cache import write_atomically
 from polyhal.errors import PolyhalError
 
 HOST = "host"
@@ -123,12 +124,13 @@ class Trace:
                               "origin_s": f"{origin:.6f}"}}
 
     def save(self, path: str | os.PathLike[str]) -> pathlib.Path:
-        """Write :meth:`to_chrome` as JSON to ``path``; raises :class:`PolyhalError`
-        naming the path when it cannot be written."""
+        """Write :meth:`to_chrome` as JSON to ``path``, atomically: a failure leaves no
+        partial file and ``path`` as it was; raises :class:`PolyhalError` naming the
+        path when it cannot be written."""
         path = pathlib.Path(path)
         text = json.dumps(self.to_chrome(), allow_nan=False)
         try:
-            path.write_text(text)
+            write_atomically(path, text.encode())
         except OSError as exc:
             raise PolyhalError(f"{path}: cannot write the trace ({exc.strerror or exc})"
                                ) from None

@@ -14,7 +14,8 @@ with numpy, and passes L0 and its claimed L1 cases as generated. Its layout::
 
 from __future__ import annotations
 
-import shutil
+import contextlib
+import os
 import string
 import tempfile
 from dataclasses import dataclass
@@ -74,35 +75,82 @@ def render(name: str) -> dict[str, str]:
 def scaffold(name: str, parent: Path | str = ".") -> Path:
     """Write the package for adapter ``name`` as ``parent/polyhal-NAME``; returns its path.
 
-    Refuses a name an installed adapter already has and an existing, non-empty
-    target folder (nothing of the user's is overwritten). The files are written
-    to a temporary folder first and moved into place, so a failure leaves nothing
-    half-written."""
-    from polyhal.hal import adapters
-
+    Refuses a name an installed adapter already has (whatever ``POLYHAL_ADAPTERS``
+    selects) and an existing target that is not an empty folder (nothing of the
+    user's is overwritten). The files are written to a temporary folder first and
+    moved into place, so a failure leaves nothing behind, not even the folders
+    made for ``parent``; it is a :class:`PolyhalError` naming the path."""
     names = AdapterNames.of(name)
+    _check_name_is_free(name)
+    files = render(name)
+    parent = Path(parent)
+    target = parent / names.distribution
+    made = _missing_folders(parent)
+    try:
+        _check_target(parent, target)
+        parent.mkdir(parents=True, exist_ok=True)
+        _write_package(files, parent, target, names.distribution)
+    except OSError as exc:
+        for folder in made:  # innermost first; each is empty again
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        where = exc.filename or parent
+        if f"{os.sep}.{names.distribution}-" in str(where):  # in the staging folder
+            where = parent
+        raise PolyhalError(f"cannot write the {name!r} adapter package {target}: {where}: "
+                           f"{exc.strerror or exc}; nothing was written") from None
+    return target
+
+
+def _check_name_is_free(name: str) -> None:
+    """A :class:`PolyhalError` when an installed adapter (a registered one, or any
+    entry point, even one ``POLYHAL_ADAPTERS`` leaves out) is called ``name``."""
+    from importlib import metadata
+
+    from polyhal.hal import ENTRY_POINT_GROUP, adapters
+
     if name in adapters():
         raise PolyhalError(f"an adapter named {name!r} is already installed "
                            f"({adapters()[name].__module__}): choose another name")
-    parent = Path(parent)
-    target = parent / names.distribution
+    entry = next((e for e in metadata.entry_points(group=ENTRY_POINT_GROUP)
+                  if e.name == name), None)
+    if entry is not None:
+        raise PolyhalError(f"an adapter named {name!r} is already installed ({entry.value}, "
+                           "left out of this process by POLYHAL_ADAPTERS): choose another "
+                           "name")
+
+
+def _check_target(parent: Path, target: Path) -> None:
+    """Refuse a ``target`` that is not an empty folder, or a ``parent`` that is not one."""
+    if target.is_symlink():
+        raise PolyhalError(f"{target} is a symbolic link: nothing was written")
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise PolyhalError(f"{target} already exists and is not an empty folder: "
                            "nothing was written")
     if parent.exists() and not parent.is_dir():
         raise PolyhalError(f"--dir {parent} is not a folder")
-    parent.mkdir(parents=True, exist_ok=True)
-    files = render(name)
-    with tempfile.TemporaryDirectory(dir=parent, prefix=f".{names.distribution}-") as tmp:
-        staging = Path(tmp) / names.distribution
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and its ancestors that do not exist yet, innermost first."""
+    missing = []
+    while not os.path.lexists(folder) and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def _write_package(files: dict[str, str], parent: Path, target: Path,
+                   distribution: str) -> None:
+    """Write ``files`` in a temporary folder in ``parent``, then rename it ``target``
+    (replacing an empty folder)."""
+    with tempfile.TemporaryDirectory(dir=parent, prefix=f".{distribution}-") as tmp:
+        staging = Path(tmp) / distribution
         for relative, text in files.items():
             path = staging / relative
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
-        if target.exists():
-            target.rmdir()  # empty, checked above
-        shutil.move(staging, target)
-    return target
+        os.replace(staging, target)
 
 
 def _release(version: str) -> str:

@@ -274,11 +274,14 @@ def test_cli_run_writes_a_profile(tmp_path, capsys):
     assert of(doc, "X", "compile") and of(doc, "X", "fallback") and of(doc, "X", "transfer")
 
 
-@pytest.mark.parametrize("where", ["missing/trace.json", "file.txt/trace.json", "."])
-def test_cli_profile_that_cannot_be_written_is_a_clear_error(tmp_path, capsys, where):
+@pytest.mark.parametrize(("where", "why"), [
+    ("missing/trace.json", "missing does not exist"),
+    ("file.txt/trace.json", "file.txt is not a folder"),
+    (".", "exists and is not a file")])
+def test_cli_profile_that_cannot_be_written_is_a_clear_error(tmp_path, capsys, where, why):
     (tmp_path / "file.txt").write_text("")
     path = tmp_path / where
     assert polyhal.cli.main([*write_model(tmp_path), "--profile", str(path)]) == 2
     err = capsys.readouterr().err
-    assert f"polyhal: error: {path}: cannot write the trace" in err
+    assert err.startswith(f"polyhal: error: --profile {path}: ") and why in err
     assert "Traceback" not in err
