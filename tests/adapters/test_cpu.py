@@ -138,6 +138,25 @@ def test_fused_kernels_are_cached_on_disk(tmp_path):
     assert cache_dir().name == "cpu-kernels"
 
 
+def test_a_kernel_cache_that_cannot_be_written_warns_and_the_run_goes_on(tmp_path):
+    root = Path(__file__).resolve().parents[2]
+    code = ("import numpy as np, polyhal, sys\n"
+            f"sys.path.insert(0, {str(root)!r})\n"
+            "from tests.adapters.test_cpu import _chain\n"
+            "c = polyhal.compile(_chain(), device='cpu')\n"
+            "print(c(np.ones((2, 8), np.float32))['y'].sum())\n")
+    (tmp_path / "a-file").write_text("")
+    env = {**os.environ, "POLYHAL_CACHE_DIR": str(tmp_path / "a-file"),
+           "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "the kernel cache cannot be written" in result.stderr
+    assert "POLYHAL_CACHE_DIR" in result.stderr
+    want = run(_chain(), np.ones((2, 8), np.float32))["y"].sum()
+    assert float(result.stdout) == pytest.approx(float(want), rel=1e-6)
+
+
 def test_arena_buffers_are_reused_and_outputs_are_fresh():
     g = GraphBuilder("deep")
     x = g.input("x", f64[64, 64])
