@@ -36,10 +36,21 @@ class Checkpoint:
     meta: dict[str, Any]
 
 
+def checkpoint_path(path: Any) -> Path:
+    """``path`` as a :class:`~pathlib.Path`, when it names a file (existing or not)."""
+    if not isinstance(path, str | os.PathLike) or not str(path):
+        raise CheckpointError(f"checkpoint={path!r} must be a file path (str or os.PathLike)")
+    target = Path(path)
+    if target.is_dir():
+        raise CheckpointError(f"checkpoint {target} is a directory; name a file in it, e.g. "
+                              f"{target / 'run.ckpt'}")
+    return target
+
+
 def save_checkpoint(path: str | os.PathLike[str], arrays: Mapping[str, np.ndarray],
                     meta: Mapping[str, Any]) -> Path:
     """Write ``arrays`` and the JSON-serializable ``meta`` to ``path`` atomically."""
-    target = Path(path)
+    target = checkpoint_path(path)
     if _META in arrays:
         raise CheckpointError(f"checkpoint {target}: array name {_META!r} is reserved")
     document = json.dumps({"format": FORMAT, "version": VERSION, **meta}, sort_keys=True)
@@ -63,7 +74,7 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     """Read a checkpoint written by :func:`save_checkpoint`. Its arrays may hold at
     most ``max_total_bytes`` and its metadata ``max_file_bytes`` of the current
     :class:`~polyhal.ir.Limits`, checked before anything is decompressed."""
-    source = Path(path)
+    source = checkpoint_path(path)
     try:
         _check_sizes(source)
         with np.load(source, allow_pickle=False) as archive:

@@ -22,14 +22,20 @@ from polyhal.errors import CheckpointError, DeviceError, TrainingError
 from polyhal.hal.contract import Device
 from polyhal.ir.types import TensorType
 from polyhal.runtime.session import Session
-from polyhal.train.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from polyhal.train import checks
+from polyhal.train.checkpoint import (
+    Checkpoint,
+    checkpoint_path,
+    load_checkpoint,
+    save_checkpoint,
+)
 from polyhal.train.history import History, Progress
-from polyhal.train.losses import Loss, get_loss
+from polyhal.train.losses import Loss, check_targets, get_loss
 from polyhal.train.optim import Adam, Optimizer
 from polyhal.train.parallel import SessionTrainer
 from polyhal.train.precision import compute_dtype
 from polyhal.train.resume import check_arrays, resume_point
-from polyhal.train.step import Model, Trainer, forward_graph, loss_graph
+from polyhal.train.step import Model, Trainer, fallback_for, forward_graph, loss_graph
 
 Batch = tuple[np.ndarray, np.ndarray]
 Metric = Callable[[np.ndarray, np.ndarray], float]
@@ -65,6 +71,9 @@ def _metrics(metrics: Sequence[str | Metric] | None, loss: str | Loss
              ) -> dict[str, Metric]:
     if metrics is None:
         metrics = ["accuracy"] if loss in _CLASSIFICATION else []
+    if isinstance(metrics, str) or callable(metrics) or not isinstance(metrics, Sequence):
+        raise TrainingError(f"metrics={metrics!r} must be a list of metric names or functions, "
+                            f"e.g. metrics=[{metrics!r}]")
     threshold = 0.0 if loss == "binary_cross_entropy_with_logits" else 0.5
     chosen: dict[str, Metric] = {}
     for metric in metrics:
@@ -109,8 +118,6 @@ class _Data:
 
     def __init__(self, data: Batch | Iterable[Batch], batch_size: int, shuffle: bool,
                  seed: int, dtype: np.dtype, what: str = "data") -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise TrainingError(f"batch_size={batch_size!r} must be a positive integer")
         self.batch_size, self.shuffle, self.seed, self.what = batch_size, shuffle, seed, what
         self.dtype = dtype
         if isinstance(data, tuple) and len(data) == 2 and not isinstance(data[0], tuple):
@@ -167,9 +174,13 @@ class _EpochSums:
     def add(self, name: str, value: float, weight: int) -> None:
         self.sums[name] = self.sums.get(name, 0.0) + value * weight
 
-    def means(self) -> dict[str, float]:
+    def means(self, names: Iterable[str] = ()) -> dict[str, float]:
+        """The mean of each sum; NaN for those of ``names`` that no sample reached (every
+        step of the epoch was skipped), so a metric is never silently missing."""
         count = self.sums.get("samples", 0.0) or 1.0
-        return {k: v / count for k, v in self.sums.items() if k != "samples"}
+        means = {name: float("nan") for name in names}
+        means.update({k: v / count for k, v in self.sums.items() if k != "samples"})
+        return means
 
 
 def evaluate(model: Model, data: Batch | Iterable[Batch], *, loss: str | Loss = "cross_entropy",
@@ -181,13 +192,18 @@ def evaluate(model: Model, data: Batch | Iterable[Batch], *, loss: str | Loss = 
     ``device`` in ``precision``."""
     import polyhal
 
+    checks.model(model, "evaluate")
     loss_fn = get_loss(loss)
     chosen = _metrics(metrics, loss)
     compute_dtype(precision)  # an unknown precision fails before any work
+    batch_size = checks.count(batch_size, "batch_size", "evaluate", minimum=1)
     batches = _Data(data, batch_size, shuffle=False, seed=0, dtype=input_dtype(model),
                     what="evaluation data")
+    if not isinstance(device, Session):
+        fallback = fallback_for(device, fallback)
     sums = _EpochSums()
     compiled: dict[tuple[TensorType, TensorType], Any] = {}
+    predictions: dict[tuple[TensorType, TensorType], TensorType] = {}
     params = model.state_dict()
     for x, y in batches.batches(0):
         key = (TensorType.of(x), TensorType.of(y))
@@ -195,12 +211,14 @@ def evaluate(model: Model, data: Batch | Iterable[Batch], *, loss: str | Loss = 
             graph = loss_graph(forward_graph(model, key[0], precision), key[1], loss_fn, False)
             compiled[key] = (device.compile(graph) if isinstance(device, Session) else
                              polyhal.compile(graph, device=device, fallback=fallback))
+            predictions[key] = graph.value_type("y")
+        check_targets(loss_fn, predictions[key], y, "evaluation data")
         out = compiled[key](x=x, target=y, **params)
         sums.add("samples", 1.0, len(x))
         sums.add("loss", float(out["loss"]), len(x))
         for name, metric in chosen.items():
             sums.add(name, metric(out["y"], y), len(x))
-    return sums.means()
+    return sums.means(["loss", *chosen])
 
 
 def fit(model: Model, data: Batch | Iterable[Batch], *, epochs: int = 1, batch_size: int = 32,
@@ -211,7 +229,7 @@ def fit(model: Model, data: Batch | Iterable[Batch], *, epochs: int = 1, batch_s
         lr_schedule: Callable[[int, int], float] | None = None,
         checkpoint: str | os.PathLike[str] | None = None,
         checkpoint_every: int | str = "epoch", resume: bool = False, progress: bool = True,
-        callbacks: Sequence[Callable[[StepInfo], Any]] = (),
+        callbacks: Sequence[Callable[[StepInfo], Any]] | None = (),
         fallback: str | None = "reference", max_recoveries: int = 3) -> History:
     """Train ``model`` on ``data`` and return the per-epoch :class:`History`.
 
@@ -221,30 +239,42 @@ def fit(model: Model, data: Batch | Iterable[Batch], *, epochs: int = 1, batch_s
     :class:`~polyhal.runtime.Session` each batch is split into the session's
     micro-batches (see :mod:`polyhal.train.parallel`). ``optimizer``
     defaults to ``Adam(1e-3)``; ``lr_schedule(step, epoch)`` overrides its learning
-    rate per step. ``precision="fp16"|"bf16"`` trains with mixed precision (see
-    :mod:`polyhal.train.precision`); ``clip_norm`` clips the gradients' global L2
-    norm. With ``checkpoint`` a checkpoint is written atomically every
-    ``checkpoint_every`` steps (or ``"epoch"``) and at the end; ``resume=True``
-    continues from it when it exists (the configuration must match).
-    ``callbacks`` are called with a :class:`StepInfo` after every step.
+    rate per step (a finite number >= 0). ``precision="fp16"|"bf16"`` trains with
+    mixed precision (see :mod:`polyhal.train.precision`); ``clip_norm`` clips the
+    gradients' global L2 norm (``None`` or ``inf``: no clipping). A step whose loss
+    or gradients are not all finite is skipped in every precision (weights and
+    optimizer state unchanged, counted in ``History.skipped_steps``); an epoch
+    whose steps were all skipped reports NaN metrics. With ``checkpoint`` (a
+    file path) a checkpoint is written atomically every ``checkpoint_every``
+    steps (or ``"epoch"``) and at the end; ``resume=True`` continues from it when
+    it exists (the configuration must match). ``callbacks``, a list of
+    functions, are called with a :class:`StepInfo` after every step.
 
     **Faults.** The state at every checkpoint is also kept in memory (with or
     without a ``checkpoint`` file, from the start of the run on). When a step
     raises ``DeviceError``, training resumes from that state and replays the
-    same batches, up to ``max_recoveries`` times; each recovery is recorded in
-    ``History.recoveries`` with the seconds it took to get back to the failed step.
+    same batches, up to ``max_recoveries`` times in the whole run; each recovery
+    is recorded in ``History.recoveries`` with the seconds it took to get back to
+    the failed step. A fault after that is a ``TrainingError`` naming the step
+    and the error (the ``DeviceError`` is its ``__cause__``).
     """
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0:
-        raise TrainingError(f"epochs={epochs!r} must be a non-negative integer")
+    epochs = checks.count(epochs, "epochs", "fit")
     every = checkpoint_every
     if every != "epoch" and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
-        raise TrainingError(f"checkpoint_every={every!r} must be 'epoch' or a positive "
+        raise TrainingError(f"fit: checkpoint_every={every!r} must be 'epoch' or a positive "
                             "integer")
-    if isinstance(max_recoveries, bool) or not isinstance(max_recoveries, int) \
-            or max_recoveries < 0:
-        raise TrainingError(f"max_recoveries={max_recoveries!r} must be a non-negative "
-                            "integer")
+    max_recoveries = checks.count(max_recoveries, "max_recoveries", "fit")
+    seed = checks.count(seed, "seed", "fit")
+    batch_size = checks.count(batch_size, "batch_size", "fit", minimum=1)
+    checks.model(model, "fit")
+    clip_norm = checks.clip_norm(clip_norm, "fit")
+    if lr_schedule is not None and not callable(lr_schedule):
+        raise TrainingError(f"fit: lr_schedule={lr_schedule!r} must be a function "
+                            "(step, epoch) -> learning rate")
+    callbacks = checks.functions(callbacks, "callbacks", "fit")
+    path = None if checkpoint is None else checkpoint_path(checkpoint)
     optimizer = optimizer if optimizer is not None else Adam(1e-3)
+    checks.optimizer(optimizer, "fit")
     loss_fn = get_loss(loss)
     chosen = _metrics(metrics, loss)
     batches = _Data(data, batch_size, shuffle, seed, input_dtype(model))
@@ -254,9 +284,9 @@ def fit(model: Model, data: Batch | Iterable[Batch], *, epochs: int = 1, batch_s
         Trainer(model, loss_fn, optimizer, device, precision, clip_norm, fallback))
     config = _config(batches, loss, optimizer, precision, clip_norm)
     history, step, start_epoch, skip, sums = History(), 0, 0, 0, _EpochSums()
-    if resume and checkpoint is not None and os.path.exists(checkpoint):
+    if resume and path is not None and path.exists():
         history, step, start_epoch, skip, sums = _restore(
-            load_checkpoint(checkpoint), str(checkpoint), model, trainer, config)
+            load_checkpoint(path), str(path), model, trainer, config)
 
     def save(epoch: int, batch: int, current: _EpochSums, write: bool) -> Checkpoint:
         arrays = {f"param/{k}": v for k, v in model.state_dict().items()}
@@ -265,13 +295,15 @@ def fit(model: Model, data: Batch | Iterable[Batch], *, epochs: int = 1, batch_s
             "config": config, "step": step, "epoch": epoch, "batch": batch,
             "sums": json.loads(json.dumps(current.sums)), "history": history.to_dict(),
             "scaler": trainer.scaler.state()})
-        if write and checkpoint is not None:
-            save_checkpoint(checkpoint, state.arrays, state.meta)
+        if write and path is not None:
+            save_checkpoint(path, state.arrays, state.meta)
         return state
 
     snapshot = save(start_epoch, skip, sums, write=False)
     recoveries: list[dict[str, Any]] = []
+    restores = 0  # in the whole run, so a step that always fails ends the run
     failed: tuple[int, float, str] | None = None  # the step that faulted, when, why
+    position = "the start"  # what ran when a fault came, for the error that gives up
     bar = Progress(epochs, batches.steps, progress)
     while True:
         try:
@@ -282,7 +314,9 @@ def fit(model: Model, data: Batch | Iterable[Batch], *, epochs: int = 1, batch_s
                     done += 1
                     if done <= skip:
                         continue  # replayed up to the checkpoint
-                    lr = optimizer.lr if lr_schedule is None else float(lr_schedule(step, epoch))
+                    position = f"step {step + 1} (epoch {epoch + 1}, batch {done})"
+                    lr = (optimizer.lr if lr_schedule is None else
+                          checks.scheduled_lr(lr_schedule(step, epoch), step, epoch))
                     result = trainer.step(x, y, lr)
                     step += 1
                     if failed is not None and step > failed[0]:
@@ -302,13 +336,14 @@ def fit(model: Model, data: Batch | Iterable[Batch], *, epochs: int = 1, batch_s
                         snapshot = save(epoch, done, sums, write=True)
                     for callback in callbacks:
                         callback(StepInfo(epoch, step, done, result.loss, result.finite,
-                                          written and checkpoint is not None))
+                                          written and path is not None))
                 if done == 0 and skip == 0:
                     raise TrainingError(f"epoch {epoch + 1} had no batches (a one-shot "
                                         "iterator cannot be trained on for several epochs)")
                 skip = 0
-                summary = sums.means()
+                summary = sums.means(["loss", *chosen])
                 if validation_data is not None:
+                    position = f"the validation after epoch {epoch + 1}"
                     validation = evaluate(model, validation_data, loss=loss, metrics=metrics,
                                           device=device, precision=precision,
                                           fallback=fallback)
@@ -320,10 +355,14 @@ def fit(model: Model, data: Batch | Iterable[Batch], *, epochs: int = 1, batch_s
                     snapshot = save(epoch + 1, 0, sums, write=True)
             break
         except DeviceError as exc:
-            if len(recoveries) + (failed is not None) >= max_recoveries:
-                raise
+            error = " ".join(str(exc).split())[:300]
+            if restores >= max_recoveries:
+                raise TrainingError(f"fit: {position} failed with {type(exc).__name__}: "
+                                    f"{error} (gave up after {restores} recoveries, "
+                                    f"max_recoveries={max_recoveries})") from exc
+            restores += 1
             if failed is None:
-                failed = (step, time.perf_counter(), " ".join(str(exc).split())[:300])
+                failed = (step, time.perf_counter(), error)
             history, step, start_epoch, skip, sums = _restore(snapshot, "the last snapshot",
                                                               model, trainer, config)
     history.recoveries = recoveries

@@ -15,7 +15,8 @@ class History:
 
     epochs: list[dict[str, float]] = field(default_factory=list)
     skipped_steps: int = 0
-    """Mixed precision: steps skipped because a gradient overflowed."""
+    """Steps skipped (parameters and optimizer state unchanged) because the loss or a
+    gradient was not finite: a NaN or inf in the data, an fp16 overflow."""
     recoveries: list[dict[str, Any]] = field(default_factory=list)
     """Device faults training resumed from: ``step`` (1-based) that failed, ``error``
     (its message, on one line) and ``seconds`` from the fault until that step was done again."""

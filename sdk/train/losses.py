@@ -13,14 +13,13 @@ from collections.abc import Callable
 import numpy as np
 
 from polyhal import ops
-from polyhal.errors import IRError
+from polyhal.errors import IRError, TrainingError
 from polyhal.ir.builder import Var
 from polyhal.ir.dtypes import FLOAT_TYPES, DType
+from polyhal.ir.types import TensorType
 
 Loss = Callable[[Var, Var], Var]
 """``loss(predictions, targets) -> scalar``."""
-
-_INDEX = (DType.INT32, DType.INT64)
 
 
 def _wide(value: Var) -> Var:
@@ -62,25 +61,51 @@ def mse(predictions: Var, targets: Var) -> Var:
 def cross_entropy(logits: Var, labels: Var) -> Var:
     """Softmax cross-entropy of ``logits`` ``[N, C]``, the mean over the batch.
 
-    ``labels`` are class indices (int32/int64 ``[N]``, each in ``[0, C)``) or
-    class probabilities (float ``[N, C]``).
+    ``labels`` are class indices (any integer dtype, ``[N]``, each in ``[0, C)``) or
+    class probabilities (float ``[N, C]``). A label outside ``[0, C)`` is an error
+    when the graph runs (a negative one is not read from the back, as
+    GatherElements would); ``fit`` and ``evaluate`` refuse it before that (see
+    :func:`check_targets`).
     """
     x = _float(logits, "logits", "cross_entropy")
     if x.type.rank != 2:
         raise IRError(f"cross_entropy: logits must be [batch, classes], got {x.type}")
     log_p = ops.log_softmax(x, axis=1)
-    if labels.dtype in _INDEX:
+    if labels.dtype.is_int:
         if labels.type.rank != 1:
             raise IRError(f"cross_entropy: integer labels must be [batch], got {labels.type}")
-        index = ops.unsqueeze(ops.cast(labels, to=DType.INT64), np.array([1], np.int64))
-        picked = ops.gather_elements(log_p, index, axis=1)
+        index = ops.cast(labels, to=DType.INT64)
+        classes = x.shape[1]
+        if isinstance(classes, int):  # GatherElements would wrap a negative label
+            index = ops.where(ops.less(index, np.int64(0)), index - np.int64(classes), index)
+        picked = ops.gather_elements(log_p, ops.unsqueeze(index, np.array([1], np.int64)),
+                                     axis=1)
         return -_mean(picked)
+    if not labels.dtype.is_float:
+        raise IRError(f"cross_entropy: labels must be integer class indices or float class "
+                      f"probabilities, got {labels.type}")
     probabilities = _float(labels, "labels", "cross_entropy")
     _same_shape(x, probabilities, "cross_entropy")
     if probabilities.dtype != log_p.dtype:
         probabilities = ops.cast(probabilities, to=log_p.dtype)
     per_sample = ops.reduce_sum(probabilities * log_p, np.array([1], np.int64), keepdims=0)
     return -_mean(per_sample)
+
+
+def check_targets(loss: Loss, predictions: TensorType, targets: np.ndarray,
+                  where: str) -> None:
+    """Refuse integer class labels outside ``[0, C)`` for :func:`cross_entropy` (``C``:
+    the last axis of ``predictions``), naming the first bad label and its sample,
+    before a step runs; other losses take any targets."""
+    classes = predictions.shape[-1] if predictions.rank else None
+    if loss is not cross_entropy or targets.dtype.kind not in "iu" or \
+            not isinstance(classes, int):
+        return
+    bad = np.flatnonzero((targets < 0) | (targets >= classes))
+    if bad.size:
+        raise TrainingError(f"{where}: label {targets.flat[bad[0]]} of sample {bad[0]} is "
+                            f"not a class index in [0, {classes}) ({bad.size} of "
+                            f"{targets.size} labels are out of range)")
 
 
 def binary_cross_entropy(probabilities: Var, targets: Var, epsilon: float = 1e-7) -> Var:

@@ -112,10 +112,12 @@ class Adam(Optimizer):
     def __init__(self, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.0) -> None:
         super().__init__(lr)
-        if len(betas) != 2:
-            raise IRError(f"optimizer argument betas={betas} must be two numbers")
-        self.betas = (_check("betas[0]", betas[0], 0.0, 1.0),
-                      _check("betas[1]", betas[1], 0.0, 1.0))
+        try:
+            beta1, beta2 = betas
+        except (TypeError, ValueError):
+            raise IRError(f"optimizer argument betas={betas!r} must be two numbers, e.g. "
+                          "(0.9, 0.999)") from None
+        self.betas = (_check("betas[0]", beta1, 0.0, 1.0), _check("betas[1]", beta2, 0.0, 1.0))
         self.eps = _check("eps", eps, 0.0)
         self.weight_decay = _check("weight_decay", weight_decay, 0.0)
 

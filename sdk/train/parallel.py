@@ -26,7 +26,8 @@ from polyhal.errors import TrainingError
 from polyhal.ir.builder import GraphBuilder
 from polyhal.ir.graph import Graph
 from polyhal.ir.types import TensorType
-from polyhal.train.losses import Loss
+from polyhal.train import checks
+from polyhal.train.losses import Loss, check_targets
 from polyhal.train.optim import Optimizer
 from polyhal.train.precision import LossScaler, compute_dtype
 from polyhal.train.step import NEXT, Model, StepResult, clipped, forward_graph, loss_graph
@@ -78,8 +79,9 @@ class SessionTrainer:
         compute_dtype(precision)  # an unknown precision fails here
         if session.micro_batch is None:
             raise TrainingError("training over a Session needs Session(micro_batch=N)")
-        if clip_norm is not None and not clip_norm > 0:
-            raise TrainingError(f"clip_norm={clip_norm} must be > 0")
+        checks.model(model, "SessionTrainer")
+        checks.optimizer(optimizer, "SessionTrainer")
+        clip_norm = checks.clip_norm(clip_norm, "SessionTrainer")
         self.model, self.loss, self.optimizer = model, loss, optimizer
         self.session, self.clip_norm, self.precision = session, clip_norm, precision
         self.trainable = model.trainable_names()
@@ -106,6 +108,8 @@ class SessionTrainer:
         params = self.model.state_dict()
         scaled = compute_dtype(self.precision) is not None
         extra = {"loss_scale": np.asarray(self.scaler.scale, np.float32)} if scaled else {}
+        check_targets(self.loss, self._gradient(x[:size], y[:size]).graph.value_type("y"), y,
+                      "training data")
         futures = [self._gradient(x[i:i + size], y[i:i + size]).submit(
                        x=x[i:i + size], target=y[i:i + size], **params, **extra)
                    for i in range(0, len(x), size)]

@@ -6,8 +6,10 @@ the loss, its gradient (:func:`polyhal.autodiff.grad`), gradient unscaling,
 the finite check, clipping and the optimizer's update. Its inputs are
 ``x``, ``target``, every parameter (by dotted name), the optimizer state,
 ``lr`` and, for mixed precision, ``loss_scale``; its outputs ``loss``, ``y``
-(the predictions, for metrics), ``finite`` (mixed precision), then
-``next/<name>`` for every trainable parameter and state entry.
+(the predictions, for metrics), ``finite`` (whether the loss and every gradient
+are finite: when not, the step is skipped and the ``next/`` outputs equal the
+inputs, in every precision), then ``next/<name>`` for every trainable parameter
+and state entry.
 
 :class:`Trainer` holds the parameters, optimizer state and loss scaler on the
 host, compiles one step graph per batch shape for the device and runs steps.
@@ -31,7 +33,8 @@ from polyhal.ir.dtypes import DType
 from polyhal.ir.graph import Graph
 from polyhal.ir.types import TensorType
 from polyhal.passes import autocast
-from polyhal.train.losses import Loss
+from polyhal.train import checks
+from polyhal.train.losses import Loss, check_targets
 from polyhal.train.optim import Optimizer
 from polyhal.train.precision import LossScaler, compute_dtype
 
@@ -45,6 +48,9 @@ class Model(Protocol):
     def graph(self, *input_types: Any, params: str = "inputs", **options: Any) -> Graph:
         """The forward graph: input ``x``, the parameters as inputs, output ``y``."""
 
+    def parameters(self) -> Any:
+        """The parameters (their dtypes set the dtype float inputs are cast to)."""
+
     def trainable_names(self) -> list[str]:
         """The parameters to train."""
 
@@ -55,10 +61,10 @@ class Model(Protocol):
         """Set parameter values."""
 
 
-def _all_finite(grads: Sequence[Var]) -> Var:
-    """True when every gradient element is finite (``g * 0`` is NaN at inf and NaN)."""
-    flags = [ops.equal(ops.reduce_sum(g * np.asarray(0, g.dtype.numpy), keepdims=0),
-                       np.asarray(0, g.dtype.numpy)) for g in grads]
+def _all_finite(values: Sequence[Var]) -> Var:
+    """True when every element of ``values`` is finite (``v * 0`` is NaN at inf and NaN)."""
+    flags = [ops.equal(ops.reduce_sum(v * np.asarray(0, v.dtype.numpy), keepdims=0),
+                     np.asarray(0, v.dtype.numpy)) for v in values]
     result = flags[0]
     for flag in flags[1:]:
         result = ops.and_(result, flag)
@@ -94,6 +100,9 @@ def loss_graph(forward: Graph, target: TensorType, loss: Loss, scaled: bool) -> 
     if outputs != ["y"]:
         raise IRError(f"training needs a model with one output 'y', got {outputs}")
     value = loss(env["y"], g.input("target", target))
+    if not isinstance(value, Var):
+        raise IRError(f"the loss function returned {type(value).__name__} {value!r:.60}; it "
+                      "must return a scalar built with polyhal.ops from its arguments")
     if value.type.rank != 0 or value.dtype not in (DType.FLOAT32, DType.FLOAT64):
         raise IRError(f"the loss must be a float32 or float64 scalar, got {value.type}")
     g.output(value, name="loss")
@@ -111,6 +120,7 @@ def step_graph(model: Model, input_type: TensorType, target_type: TensorType, lo
     trainable = model.trainable_names()
     if not trainable:
         raise IRError("the model has no trainable parameters")
+    clip_norm = checks.clip_norm(clip_norm, "step_graph")
     forward = forward_graph(model, input_type, precision)
     scaled = compute_dtype(precision) is not None
     with_loss = loss_graph(forward, target_type, loss, scaled)
@@ -125,22 +135,19 @@ def step_graph(model: Model, input_type: TensorType, target_type: TensorType, lo
     state = {name: g.input(name, TensorType.of(array))
              for name, array in optimizer.init_state({n: values[n] for n in trainable}).items()}
     lr = g.input("lr", TensorType(DType.FLOAT32, ()))
-    finite = None
     if scaled:
         inverse = np.float32(1) / env["loss_scale"]
         grads = {n: v * ops.cast(inverse, to=v.dtype) for n, v in grads.items()}
-        finite = _all_finite(list(grads.values()))
+    finite = _all_finite([env["loss"], *grads.values()])
     if clip_norm is not None:
-        if not clip_norm > 0:
-            raise IRError(f"clip_norm={clip_norm} must be > 0")
         grads = clipped(grads, clip_norm)
     new_params, new_state = optimizer.update(params, grads, state, lr)
     g.output(env["loss"], name="loss")
     g.output(env["y"], name="y")
-    if finite is not None:
-        g.output(finite, name="finite")
-        new_params = {n: ops.where(finite, v, params[n]) for n, v in new_params.items()}
-        new_state = {n: ops.where(finite, v, state[n]) for n, v in new_state.items()}
+    g.output(finite, name="finite")
+    # a non-finite step is skipped: one NaN sample must not turn every weight into NaN
+    new_params = {n: ops.where(finite, v, params[n]) for n, v in new_params.items()}
+    new_state = {n: ops.where(finite, v, state[n]) for n, v in new_state.items()}
     for name in trainable:
         g.output(new_params[name], name=NEXT + name)
     for name in state:
@@ -159,14 +166,17 @@ class StepResult:
 
 class Trainer:
     """Parameters, optimizer state and loss scaler on the host; one compiled step
-    graph per batch shape on the device."""
+    graph per batch shape on the device (nodes it lacks run on ``fallback``, unless
+    that is the device itself)."""
 
     def __init__(self, model: Model, loss: Loss, optimizer: Optimizer, device: str | Device = "cpu",
                  precision: str = "fp32", clip_norm: float | None = None,
                  fallback: str | None = "reference") -> None:
+        checks.model(model, "Trainer")
+        checks.optimizer(optimizer, "Trainer")
         self.model, self.loss, self.optimizer = model, loss, optimizer
-        self.device, self.fallback = device, fallback
-        self.precision, self.clip_norm = precision, clip_norm
+        self.device, self.fallback = device, fallback_for(device, fallback)
+        self.precision, self.clip_norm = precision, checks.clip_norm(clip_norm, "Trainer")
         compute_dtype(precision)
         self.trainable = model.trainable_names()
         values = model.state_dict()
@@ -186,18 +196,31 @@ class Trainer:
         return self._compiled[key]
 
     def step(self, x: np.ndarray, y: np.ndarray, lr: float) -> StepResult:
-        """One optimization step on one batch; updates the model's parameters."""
+        """One optimization step on one batch; updates the model's parameters unless the
+        loss or a gradient is not finite (then the step is skipped)."""
         compiled = self._compiled_step(x, y)
+        check_targets(self.loss, compiled.source.value_type("y"), y, "training data")
         params = self.model.state_dict()
         feeds: dict[str, np.ndarray] = {"x": x, "target": y, **params, **self.state,
                                         "lr": np.asarray(lr, np.float32)}
         if "loss_scale" in {v.name for v in compiled.source.inputs}:
             feeds["loss_scale"] = np.asarray(self.scaler.scale, np.float32)
         out = compiled(**feeds)
-        finite = bool(out["finite"]) if "finite" in out else bool(np.isfinite(out["loss"]))
-        if "finite" in out:
-            self.scaler.update(finite)
+        finite = bool(out["finite"])
+        self.scaler.update(finite)
         updated = {**params, **{n: out[NEXT + n] for n in self.trainable}}
         self.model.load_state_dict(updated)
         self.state = {n: out[NEXT + n] for n in self.state}
         return StepResult(float(out["loss"]), out["y"], finite)
+
+
+def fallback_for(device: str | Device, fallback: str | Device | None) -> str | Device | None:
+    """``fallback``, or ``None`` when it is ``device`` itself (compile refuses a device
+    listed twice, and a device cannot fall back to itself)."""
+    from polyhal.runtime.compiled import shared_device
+
+    if fallback is None:
+        return None
+    addresses = [d.address if isinstance(d, Device) else shared_device(d).address
+                 for d in (device, fallback)]
+    return None if addresses[0] == addresses[1] else fallback
