@@ -11,9 +11,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from polyhal.cache import write_atomically
 from polyhal.conformance.runner import OUTCOMES, CaseResult, Report
 from polyhal.errors import ConformanceError, PolyhalError
+from polyhal.files import write_atomically
 
 SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 COLOURS = {"passed": "#2e7d32", "failed": "#c62828", "crashed": "#6a1b9a",

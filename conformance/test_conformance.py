@@ -15,8 +15,14 @@ import pytest
 
 from polyhal.conformance.manifest import load_manifest, unsettled
 from polyhal.conformance.profiles import get_profile, parse_levels
-from polyhal.conformance.runner import apply_expectations, execute_case, generate_cases
+from polyhal.conformance.runner import (
+    apply_expectations,
+    device_timeout,
+    execute_case,
+    generate_cases,
+)
 from polyhal.hal import get_adapter, open_device
+from polyhal.hal.isolation import check_timeout
 
 
 def _options(config: pytest.Config) -> tuple[list[str], tuple[str, ...], str, float | None]:
@@ -25,11 +31,22 @@ def _options(config: pytest.Config) -> tuple[list[str], tuple[str, ...], str, fl
             config.getoption("--conformance-timeout"))
 
 
+def plugin_timeout(profile: str, timeout: float | None) -> float:
+    """The per-call timeout of the devices under test, by the rules of ``polyhal
+    conformance --timeout`` (:func:`~polyhal.conformance.runner.device_timeout`):
+    ``--conformance-timeout``, else ``POLYHAL_DEVICE_TIMEOUT``, else the profile's;
+    a value that is not a positive number of seconds is a :class:`PolyhalError`."""
+    if timeout is not None:
+        check_timeout("--conformance-timeout", timeout)
+    return device_timeout(timeout, get_profile(profile).case_timeout_s)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """One test per case of each adapter."""
     if "case" not in metafunc.fixturenames:
         return
     adapters, levels, profile, timeout = _options(metafunc.config)
+    timeout = plugin_timeout(profile, timeout) if adapters else None
     params = []
     for adapter in adapters:
         device = open_device(adapter, isolate=True, timeout=timeout)
@@ -50,7 +67,7 @@ def devices(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
     """One isolated device per adapter under test, opened on first use."""
     opened: dict[str, Any] = {}
     _, _, profile, timeout = _options(request.config)
-    timeout = timeout or get_profile(profile).case_timeout_s
+    timeout = plugin_timeout(profile, timeout)
 
     def get(name: str) -> Any:
         if name not in opened:

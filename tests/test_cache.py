@@ -9,7 +9,7 @@ import pytest
 from polyhal.adapters.cpu import fusion
 from polyhal.adapters.neuro import runner
 from polyhal.cache import cache_dir
-from polyhal.errors import DeviceError, PolyhalError
+from polyhal.errors import PolyhalError
 from polyhal.simulators.fpga import build
 
 
@@ -51,7 +51,7 @@ def test_a_cache_folder_that_cannot_be_made_names_the_variable(tmp_path, monkeyp
         fusion.cache_dir()
 
 
-def test_a_run_on_a_device_with_a_bad_cache_names_the_variable(tmp_path, monkeypatch):
+def test_a_run_on_cpu_with_a_bad_cache_warns_and_goes_on(tmp_path, monkeypatch):
     import numpy as np
 
     import polyhal
@@ -61,32 +61,10 @@ def test_a_run_on_a_device_with_a_bad_cache_names_the_variable(tmp_path, monkeyp
     (tmp_path / "afile").write_text("x")
     monkeypatch.setenv("POLYHAL_CACHE_DIR", str(tmp_path / "afile"))
     g = GraphBuilder("m")
-    g.output(ops.exp(ops.tanh(ops.relu(g.input("x", f32[2])))))
-    with pytest.raises(PolyhalError, match="POLYHAL_CACHE_DIR=") as error:
-        polyhal.compile(g.build(), device="cpu")(np.ones(2, np.float32))
-    assert not isinstance(error.value, DeviceError)  # a setting, not a device fault
-
-
-def test_a_write_that_fails_midway_leaves_the_file_as_it_was(tmp_path):
-    from polyhal.cache import write_atomically
-
-    (tmp_path / "f").write_text("previous")
-
-    def half(stream):
-        stream.write(b"half of it")
-        raise OSError(28, "No space left on device")
-
-    with pytest.raises(OSError, match="No space left"):
-        write_atomically(tmp_path / "f", half)
-    assert (tmp_path / "f").read_text() == "previous"
-    assert [p.name for p in tmp_path.iterdir()] == ["f"]
-
-
-def test_a_symbolic_link_is_replaced_not_written_through(tmp_path):
-    from polyhal.cache import write_atomically
-
-    (tmp_path / "precious").write_text("mine")
-    (tmp_path / "link").symlink_to(tmp_path / "precious")
-    write_atomically(tmp_path / "link", b"new")
-    assert (tmp_path / "precious").read_text() == "mine"
-    assert not (tmp_path / "link").is_symlink() and (tmp_path / "link").read_bytes() == b"new"
+    x = g.input("x", f32[2])
+    g.output(ops.exp(ops.tanh(ops.relu(x) * np.float32(0.8125) + np.float32(0.40625))), name="y")
+    graph = g.build()  # constants of its own: a kernel no earlier test compiled
+    with pytest.warns(UserWarning, match="the kernel cache cannot be written .*POLYHAL_CACHE_DIR"):
+        got = polyhal.compile(graph, device="cpu")(np.ones(2, np.float32))
+    np.testing.assert_allclose(got["y"], polyhal.run(graph, np.ones(2, np.float32))["y"],
+                               rtol=1e-6)

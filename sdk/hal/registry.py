@@ -119,6 +119,27 @@ def _selected(name: str) -> bool:
     return not wanted or name in {w.strip() for w in wanted.split(",")}
 
 
+def unknown_adapter(name: str) -> PolyhalError:
+    """The error for an adapter ``name`` that :func:`adapters` does not hold; it says
+    when ``POLYHAL_ADAPTERS`` narrowed the list, and whether ``name`` is left out by it."""
+    known = adapters()
+    with _lock:
+        left_out = sorted(n for n in {*_adapters, *_failures} if not _selected(n))
+    listing = ", ".join(known)
+    if not left_out:
+        return PolyhalError(f"no adapter named {name!r} (available: "
+                            f"{listing or 'none: no adapter is registered'})")
+    wanted = f"POLYHAL_ADAPTERS={os.environ.get('POLYHAL_ADAPTERS', '').strip()!r}"
+    if name in left_out:
+        return PolyhalError(f"no adapter named {name!r} in this process: {wanted} leaves it "
+                            f"out (available: {listing or 'none'}); add {name!r} to "
+                            "POLYHAL_ADAPTERS or unset it")
+    available = (f"{listing}, as {wanted} narrowed the list" if known
+                 else f"none: {wanted} selects no registered adapter")
+    return PolyhalError(f"no adapter named {name!r} (available: {available}; left out: "
+                        f"{', '.join(left_out)})")
+
+
 def adapters() -> dict[str, type[Adapter]]:
     """Registered adapters by name (narrowed by ``POLYHAL_ADAPTERS``)."""
     discover()
@@ -140,8 +161,7 @@ def get_adapter(name: str) -> Adapter:
         failure = next((f for f in plugin_failures() if f.name == name), None)
         if failure is not None:
             raise AdapterContractError(f"adapter {name!r} failed to load: {failure.error}")
-        listing = ", ".join(known) or "none"
-        raise PolyhalError(f"no adapter named {name!r} (available: {listing})")
+        raise unknown_adapter(name)
     with _lock:
         if name not in _instances:
             _instances[name] = guarded(f"adapter {name!r} constructor", known[name])

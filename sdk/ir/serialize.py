@@ -19,7 +19,6 @@ import json
 import lzma
 import math
 import os
-import tempfile
 import tokenize
 import zipfile
 import zlib
@@ -30,8 +29,8 @@ from typing import IO, Any
 import numpy as np
 
 from polyhal.errors import IRError, LimitExceededError, SerializationError
+from polyhal.files import display, open_regular, read_limited, write_atomically
 from polyhal.ir.dtypes import DType
-from polyhal.ir.files import display, open_regular, read_limited
 from polyhal.ir.graph import Graph, Node, Value
 from polyhal.ir.limits import Limits, current_limits
 from polyhal.ir.types import TensorType
@@ -113,21 +112,14 @@ def to_document(graph: Graph) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     return doc, tensors
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def _write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically; a failure is a :class:`SerializationError`
+    naming ``path``."""
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as exc:  # it names the temporary file: name the one asked for
+        write_atomically(path, data)
+    except OSError as exc:
         raise SerializationError(f"{display(path)}: cannot write the file "
                                  f"({exc.strerror or exc})") from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def tensors_path(json_path: str | os.PathLike[str]) -> Path:
@@ -150,8 +142,8 @@ def save(graph: Graph, path: str | os.PathLike[str]) -> Path:
     doc, tensors = to_document(graph)
     buffer = io.BytesIO()
     np.savez(buffer, **{k: _storage(v) for k, v in tensors.items()})
-    _atomic_write(tensors_path(path), buffer.getvalue())
-    _atomic_write(path, json.dumps(doc, indent=1).encode())
+    _write(tensors_path(path), buffer.getvalue())
+    _write(path, json.dumps(doc, indent=1).encode())
     return path
 
 

@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from polyhal._version import __version__
-from polyhal.cache import write_atomically
 from polyhal.errors import PolyhalError
+from polyhal.files import write_atomically
 
 HOST = "host"
 """The lane of work done in host memory."""

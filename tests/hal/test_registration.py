@@ -10,7 +10,7 @@ import pytest
 from polyhal import hal
 from polyhal.adapters.cpu import CpuAdapter
 from polyhal.adapters.template import TemplateAdapter
-from polyhal.errors import AdapterContractError
+from polyhal.errors import AdapterContractError, PolyhalError
 from polyhal.hal import registry
 
 
@@ -107,3 +107,55 @@ def test_a_bad_probe_result_is_that_adapters_failure(adapter, problem):
     assert rows[adapter.name][0] is None
     assert rows[adapter.name][1].startswith(problem)
     assert rows["template"][0] and not rows["template"][1]
+
+
+def _unknown_adapter_error(name: str) -> PolyhalError:
+    with pytest.raises(PolyhalError) as error:
+        hal.get_adapter(name)
+    assert type(error.value) is PolyhalError  # a setting or a typo: not the adapter's fault
+    return error.value
+
+
+def test_a_name_left_out_by_polyhal_adapters_says_so(monkeypatch):
+    monkeypatch.setenv("POLYHAL_ADAPTERS", "template")
+    assert str(_unknown_adapter_error("reference")) == (
+        "no adapter named 'reference' in this process: POLYHAL_ADAPTERS='template' leaves "
+        "it out (available: template); add 'reference' to POLYHAL_ADAPTERS or unset it")
+
+
+def test_an_unknown_name_says_that_polyhal_adapters_narrowed_the_list(monkeypatch):
+    monkeypatch.setenv("POLYHAL_ADAPTERS", "template, cpu")
+    message = str(_unknown_adapter_error("warp-drive"))
+    assert message.startswith("no adapter named 'warp-drive' (available: cpu, template, as "
+                              "POLYHAL_ADAPTERS='template, cpu' narrowed the list; left out: ")
+    assert "reference" in message.partition("left out: ")[2]
+
+
+def test_polyhal_adapters_that_selects_nothing_reads_clearly(monkeypatch):
+    monkeypatch.setenv("POLYHAL_ADAPTERS", "nope")
+    assert "(available: none: POLYHAL_ADAPTERS='nope' selects no registered adapter; " \
+           "left out: " in str(_unknown_adapter_error("warp-drive"))
+    assert "POLYHAL_ADAPTERS='nope' leaves it out (available: none)" in str(
+        _unknown_adapter_error("cpu"))
+
+
+def test_without_polyhal_adapters_the_message_lists_every_adapter(monkeypatch):
+    monkeypatch.delenv("POLYHAL_ADAPTERS", raising=False)
+    message = str(_unknown_adapter_error("warp-drive"))
+    assert message == f"no adapter named 'warp-drive' (available: {', '.join(hal.adapters())})"
+    monkeypatch.setattr(registry, "_adapters", {})
+    monkeypatch.setattr(registry, "_failures", {})
+    monkeypatch.setattr(registry, "_discovered", True)
+    assert str(_unknown_adapter_error("warp-drive")) == (
+        "no adapter named 'warp-drive' (available: none: no adapter is registered)")
+
+
+def test_check_adapter_names_polyhal_adapters_too(monkeypatch, capsys):
+    from polyhal.cli import main
+
+    monkeypatch.setenv("POLYHAL_ADAPTERS", "template")
+    assert main(["check-adapter", "reference"]) == 2
+    assert capsys.readouterr().err == (
+        "polyhal: error: no adapter named 'reference' in this process: "
+        "POLYHAL_ADAPTERS='template' leaves it out (available: template); add 'reference' "
+        "to POLYHAL_ADAPTERS or unset it\n")

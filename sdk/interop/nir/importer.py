@@ -22,11 +22,11 @@ import nir
 import numpy as np
 
 from polyhal.errors import PolyhalError, SerializationError, UnsupportedError, VerificationError
+from polyhal.files import display
 from polyhal.interop.nir.reader import read_nir_file
 from polyhal.interop.nir.structure import flatten, topological_order
 from polyhal.ir.builder import GraphBuilder, Var
 from polyhal.ir.dtypes import DType
-from polyhal.ir.files import display
 from polyhal.ir.graph import Graph
 from polyhal.ir.limits import Limits, current_limits, use_limits
 from polyhal.ir.types import TensorType

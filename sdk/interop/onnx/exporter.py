@@ -15,7 +15,6 @@ become ``TensorProto`` codes.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from onnx import AttributeProto, ModelProto, NodeProto, helper
 
 from polyhal._version import __version__
 from polyhal.errors import SerializationError, UnsupportedError
+from polyhal.files import write_atomically
 from polyhal.interop.onnx.dtypes import onnx_type_name, to_code
 from polyhal.interop.onnx.external import DATA_SUFFIX, move_to_file
 from polyhal.interop.onnx.tensors import encode
@@ -280,19 +280,6 @@ def to_onnx(graph: Graph, *, opset: int | None = None) -> ModelProto:
         raise UnsupportedError(f"graph {graph.name!r}: {exc}") from None
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _check(model: ModelProto | str, path: Path) -> None:
     try:
         onnx.checker.check_model(model, full_check=True)
@@ -316,12 +303,12 @@ def save_onnx(graph: Graph, path: str | os.PathLike[str], *, opset: int | None =
     try:
         if not external_data:
             _check(model, path)
-            _atomic_write(path, model.SerializeToString())
+            write_atomically(path, model.SerializeToString())
             return path
         data_path = path.with_name(path.name + DATA_SUFFIX)
         blob = move_to_file(list(model.graph.initializer), data_path)
-        _atomic_write(data_path, blob)
-        _atomic_write(path, model.SerializeToString())
+        write_atomically(data_path, blob)
+        write_atomically(path, model.SerializeToString())
     except OSError as exc:
         raise SerializationError(f"{path}: cannot write the model "
                                  f"({exc.strerror or exc})") from None

@@ -26,6 +26,7 @@ from polyhal.errors import (
     UnsupportedError,
     VerificationError,
 )
+from polyhal.files import display, read_limited
 from polyhal.interop.onnx.dtypes import to_dtype
 from polyhal.interop.onnx.symbols import Declared, Symbols, declared_type, dim_params
 from polyhal.interop.onnx.tensors import TensorReader
@@ -39,7 +40,6 @@ from polyhal.interop.onnx.versions import (
 )
 from polyhal.ir import dims as D
 from polyhal.ir.dtypes import DType
-from polyhal.ir.files import display, read_limited
 from polyhal.ir.graph import Graph, Node, Value, freeze_attr
 from polyhal.ir.limits import Limits, current_limits, use_limits
 from polyhal.ir.types import TensorType

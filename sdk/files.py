@@ -1,17 +1,27 @@
-"""Opening the files a model is loaded from, safely.
+"""Reading and writing the files a user names, safely.
 
-A model path may name anything: a folder, a FIFO (opening it for reading would
+A path to read may name anything: a folder, a FIFO (opening it for reading would
 wait for a writer forever), ``/dev/zero`` behind a symlink (its size is 0, its
 content endless), or a string with a NUL byte. :func:`open_regular` opens
 only regular files (after following symlinks) and :func:`read_limited` reads
 at most the limit, each failure a :class:`SerializationError` or
 :class:`LimitExceededError` naming the path.
+
+A file to write is replaced whole or not at all: :func:`write_atomically`
+writes a temporary file beside it and renames it over the target.
+
+>>> write_atomically("model.bin", b"weights")            # doctest: +SKIP
+>>> read_limited("model.bin", 2**20, "model file")       # doctest: +SKIP
+b'weights'
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import stat
+from collections.abc import Callable
+from pathlib import Path
 from typing import BinaryIO
 
 from polyhal.errors import LimitExceededError, SerializationError
@@ -19,6 +29,9 @@ from polyhal.errors import LimitExceededError, SerializationError
 # Opening a FIFO without O_NONBLOCK waits for a writer; the flag does not change
 # how a regular file reads. Windows has no FIFOs and no flag.
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+# O_EXCL: a fresh file, never one planted (or linked) at the temporary name.
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+_MAX_STEM = 200  # of the temporary file's name: a long target name must still fit NAME_MAX
 
 
 def display(path: str | os.PathLike[str]) -> str:
@@ -72,3 +85,34 @@ def read_limited(path: str | os.PathLike[str], limit: int, what: str, hint: str 
                                  f"{limit}{hint}")
     return data
 
+
+def write_atomically(path: str | os.PathLike[str],
+                     data: bytes | Callable[[BinaryIO], object]) -> Path:
+    """Write ``data`` (bytes, or a function writing to a binary stream) to ``path``
+    through a temporary file in the same folder, flushed to disk and renamed over
+    ``path`` at the end: a failure (an exception from ``data`` included) leaves
+    ``path`` as it was and no temporary file behind. A symbolic link at ``path`` is
+    replaced, never written through. The file gets the permissions of any new
+    file (the umask's), not the ``0600`` of :func:`tempfile.mkstemp`.
+
+    Raises the ``OSError`` of a failed write; it names ``path``, never the
+    temporary file."""
+    path = Path(path)
+    temporary = path.with_name(f".{path.name[:_MAX_STEM]}.{secrets.token_hex(6)}.tmp")
+    try:
+        fd = os.open(temporary, _CREATE_FLAGS, 0o666)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None
+    try:
+        with os.fdopen(fd, "wb") as stream:
+            if isinstance(data, bytes):
+                stream.write(data)
+            else:
+                data(stream)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    return path
