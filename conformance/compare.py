@@ -1,9 +1,9 @@
 """Comparing two conformance results: what one passes that the other does not.
 
 Each side is an adapter name (the suite runs against it) or a report: a
-``report.json`` file, or a folder holding one, as ``--report`` writes it. A side
-spelled as an adapter name (lower-case letters, digits, hyphens) is the adapter;
-anything else is a path (``./out`` for a folder ``out``)."""
+``report.json`` file, or a folder holding one, as ``--report`` writes it. The
+name of an adapter is the adapter, even where a folder of that name exists
+(``./NAME`` is the folder); anything else is a path."""
 
 from __future__ import annotations
 
@@ -102,10 +102,14 @@ def load_report(path: str | Path) -> dict[str, Any]:
 
 def is_report_path(source: str) -> bool:
     """Whether the side ``source`` is a report path rather than an adapter name: it is
-    when it cannot be an adapter name (it holds ``/``, ``.``, a capital...). A side
-    spelled as an adapter name is always the adapter, even where a folder of that
-    name exists: ``./NAME`` is the folder."""
-    return not ADAPTER_NAME.fullmatch(source)
+    when it cannot be an adapter name (it holds ``/``, ``.``, a capital...), or names
+    no adapter but a file or folder that exists. The name of an adapter is always the
+    adapter, even where a folder of that name exists: ``./NAME`` is the folder."""
+    from polyhal.hal import adapters
+
+    if not ADAPTER_NAME.fullmatch(source):
+        return True
+    return source not in adapters() and Path(source).exists()
 
 
 def resolve_sides(sources: Sequence[str], levels: Sequence[str] | None, profile: str,
@@ -131,8 +135,8 @@ def resolve_sides(sources: Sequence[str], levels: Sequence[str] | None, profile:
 
 
 def _check_adapter(name: str) -> None:
-    """A :class:`PolyhalError` unless adapter ``name`` exists; where a file or folder
-    of that name does, it says how to compare that instead."""
+    """A :class:`PolyhalError` unless adapter ``name`` exists (no file or folder of
+    that name does: :func:`is_report_path`)."""
     from polyhal.hal import get_adapter
 
     try:
@@ -140,7 +144,4 @@ def _check_adapter(name: str) -> None:
     except AdapterContractError:
         raise
     except PolyhalError as exc:
-        if Path(name).exists():
-            raise PolyhalError(f"{exc}; a side spelled as an adapter name is the adapter: "
-                               f"write ./{name} to compare the report in {name}") from None
-        raise
+        raise PolyhalError(f"{exc}; nor is there a report file or folder {name!r}") from None

@@ -349,8 +349,8 @@ def test_a_folder_without_a_report_says_what_was_looked_for(tmp_path):
         load_report(tmp_path / "odd")
 
 
-def test_a_side_spelled_as_an_adapter_name_is_the_adapter(tmp_path, monkeypatch, capsys,
-                                                           l0_report):
+def test_the_name_of_an_adapter_is_the_adapter_and_other_names_are_paths(
+        tmp_path, monkeypatch, capsys, l0_report):
     monkeypatch.chdir(tmp_path)
     stale = l0_report.to_dict()
     stale["cases"] = stale["cases"][:1]
@@ -362,8 +362,14 @@ def test_a_side_spelled_as_an_adapter_name_is_the_adapter(tmp_path, monkeypatch,
     first = capsys.readouterr().out.splitlines()[0]
     assert first == (f"template: {len(l0_report.cases)} cases, {len(l0_report.cases)} passed; "
                      "template (./template): 1 cases, 1 passed")
-    code = main(["conformance", "--compare", "results", "./template"])
-    _refused(capsys, code, "no adapter named 'results'", "write ./results to compare")
+    code = main(["conformance", "--compare", "results", "./template"])  # no adapter: a path
+    _refused(capsys, code, "results/report.json")
+    (tmp_path / "results" / "report.json").write_text(json.dumps(stale))
+    assert main(["conformance", "--compare", "results", "./template"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "template (results): 1 cases, 1 passed; template (./template): 1 cases, 1 passed")
+    code = main(["conformance", "--compare", "warp-drive", "./template"])
+    _refused(capsys, code, "no adapter named 'warp-drive'", "nor is there a report")
 
 
 def test_both_sides_are_checked_before_either_runs(tmp_path, monkeypatch, capsys):
