@@ -118,38 +118,35 @@ def test_a_relu_after_a_gemm_is_applied_by_the_gemm_step(batch):
     assert "+" not in steps[0] and steps[1].startswith("relu_"), steps
 
 
-def test_fused_kernels_are_cached_on_disk(tmp_path):
+def _run_chain_in_a_new_process(**env: str) -> subprocess.CompletedProcess[str]:
+    """Run :func:`_chain` on ``cpu`` in a fresh interpreter with ``env`` added; it prints
+    the sum of the output."""
     root = Path(__file__).resolve().parents[2]
     code = ("import numpy as np, polyhal, sys\n"
             f"sys.path.insert(0, {str(root)!r})\n"
             "from tests.adapters.test_cpu import _chain\n"
             "c = polyhal.compile(_chain(), device='cpu')\n"
             "print(c(np.ones((2, 8), np.float32))['y'].sum())\n")
-    env = {**os.environ, "POLYHAL_CACHE_DIR": str(tmp_path)}
-    first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                           text=True, check=True)
+    return subprocess.run([sys.executable, "-c", code], env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_fused_kernels_are_cached_on_disk(tmp_path):
+    first = _run_chain_in_a_new_process(POLYHAL_CACHE_DIR=str(tmp_path))
+    assert first.returncode == 0, first.stderr[-2000:]
     files = sorted(p.name for p in (tmp_path / "cpu-kernels").iterdir())
     assert any(f.startswith("fused_") and f.endswith(".py") for f in files)
     cached = list((tmp_path / "cpu-kernels" / "__pycache__").glob("*.nbi"))
     assert cached, "numba wrote no cache index"
-    second = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                            text=True, check=True)
+    second = _run_chain_in_a_new_process(POLYHAL_CACHE_DIR=str(tmp_path))
     assert first.stdout == second.stdout
     assert cache_dir().name == "cpu-kernels"
 
 
 def test_a_kernel_cache_that_cannot_be_written_warns_and_the_run_goes_on(tmp_path):
-    root = Path(__file__).resolve().parents[2]
-    code = ("import numpy as np, polyhal, sys\n"
-            f"sys.path.insert(0, {str(root)!r})\n"
-            "from tests.adapters.test_cpu import _chain\n"
-            "c = polyhal.compile(_chain(), device='cpu')\n"
-            "print(c(np.ones((2, 8), np.float32))['y'].sum())\n")
     (tmp_path / "a-file").write_text("")
-    env = {**os.environ, "POLYHAL_CACHE_DIR": str(tmp_path / "a-file"),
-           "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
-    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                            text=True, timeout=300)
+    result = _run_chain_in_a_new_process(POLYHAL_CACHE_DIR=str(tmp_path / "a-file"),
+                                         NUMBA_CACHE_DIR=str(tmp_path / "numba"))
     assert result.returncode == 0, result.stderr[-2000:]
     assert "the kernel cache cannot be written" in result.stderr
     assert "POLYHAL_CACHE_DIR" in result.stderr
