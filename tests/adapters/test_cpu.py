@@ -394,16 +394,36 @@ def elementwise_graphs(draw):
     return g.build(), dtype
 
 
+def _node_by_node_on_cpu(graph: Graph, **inputs: np.ndarray) -> np.ndarray:
+    """``graph``'s output computed one node at a time on ``cpu``: each node compiled
+    alone, so nothing is fused, with the same kernels as a fused loop would use."""
+    env = dict(inputs)
+    for node in graph.nodes:
+        g = GraphBuilder(node.name)
+        args = {name: g.constant(graph.constants[name]) if name in graph.constants
+                else g.input(name, graph.value_type(name)) for name in dict.fromkeys(node.inputs)}
+        g.output(g.op(node.op, *(args[name] for name in node.inputs), **dict(node.attrs)),
+                 name="out")
+        single = g.build()
+        env[node.outputs[0].name] = polyhal.compile(single, device="cpu")(
+            **{v.name: env[v.name] for v in single.inputs})["out"]
+    return env[graph.outputs[0].name]
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=elementwise_graphs(), special=st.booleans())
 def test_fusion_preserves_results_on_random_graphs(case, special):
+    # Against the same ops run unfused, not against the reference: a chain of random
+    # ops is ill-conditioned (Pow of a Gelu's float32 tail, -0.0, against the
+    # float64-exact reference's -5.9e-9 gives inf against NaN); each op's accuracy
+    # against the reference is graded by conformance (L1) and the erf tests below.
     graph, dtype = case
     rng = np.random.default_rng(0)
     x = rng.uniform(-3, 3, size=(4, 5)).astype(dtype.numpy)
     y = rng.uniform(-3, 3, size=5).astype(dtype.numpy)
     if special:
         x[0, :4] = [np.nan, np.inf, -np.inf, -0.0]
-    expected = run(graph, x, y)["z"]
+    expected = _node_by_node_on_cpu(graph, x=x, y=y)
     actual = polyhal.compile(graph, device="cpu")(x, y)["z"]
     tol = 1e-5 if dtype is f32 else 1e-9
     np.testing.assert_allclose(actual, expected, rtol=tol * 10, atol=tol * 10, equal_nan=True)
