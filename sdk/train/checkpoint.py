@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from polyhal.errors import CheckpointError
+from polyhal.files import write_atomically
 from polyhal.ir.limits import current_limits
 
 FORMAT = "polyhal-checkpoint"
@@ -54,19 +54,14 @@ def save_checkpoint(path: str | os.PathLike[str], arrays: Mapping[str, np.ndarra
     if _META in arrays:
         raise CheckpointError(f"checkpoint {target}: array name {_META!r} is reserved")
     document = json.dumps({"format": FORMAT, "version": VERSION, **meta}, sort_keys=True)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
-                                         dir=target.parent)
     try:
-        with os.fdopen(handle, "wb") as stream:
-            np.savez(stream, **{_META: np.frombuffer(document.encode(), np.uint8)},
-                     **{name: np.asarray(a) for name, a in arrays.items()})
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(target, lambda stream: np.savez(
+            stream, **{_META: np.frombuffer(document.encode(), np.uint8)},
+            **{name: np.asarray(a) for name, a in arrays.items()}))
+    except OSError as exc:
+        raise CheckpointError(f"checkpoint {target}: cannot write it "
+                              f"({exc.strerror or exc})") from None
     return target
 
 

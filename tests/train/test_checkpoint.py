@@ -3,6 +3,8 @@ clear CheckpointError (never unpickled)."""
 
 from __future__ import annotations
 
+import os
+import stat
 import zipfile
 
 import numpy as np
@@ -36,11 +38,22 @@ def test_a_failed_write_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(np, "savez", broken_savez)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(CheckpointError, match=r"run\.ckpt: cannot write it \(disk full\)"):
         save_checkpoint(path, {"a": np.zeros(2)}, {"step": 2})
     monkeypatch.undo()
     assert load_checkpoint(path).meta["step"] == 1
     assert [p.name for p in tmp_path.iterdir()] == ["run.ckpt"]  # no temporary left
+
+
+def test_a_checkpoint_gets_the_umasks_permissions_and_an_unwritable_folder_is_named(
+        tmp_path):
+    path = save_checkpoint(tmp_path / "run.ckpt", {"a": np.ones(2)}, {"step": 1})
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask  # not mkstemp's 0600
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(CheckpointError, match=r"a-file/run\.ckpt: cannot write it"):
+        save_checkpoint(tmp_path / "a-file" / "run.ckpt", {"a": np.ones(2)}, {"step": 1})
 
 
 def test_missing_and_garbage_files(tmp_path):
