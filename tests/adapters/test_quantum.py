@@ -7,9 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-pytest.importorskip("qiskit_aer")
-
+import qiskit_aer  # noqa: F401
 from qiskit_aer import AerSimulator
 from qiskit_aer.noise import NoiseModel, depolarizing_error
 

@@ -9,8 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-
-pytest.importorskip("qiskit_aer")
+import qiskit_aer  # noqa: F401
 
 from polyhal import hal
 from polyhal.adapters.quantum import QuantumAdapter, QuantumDevice, QuantumExecutable

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import pytest
 
 import polyhal
@@ -100,8 +101,6 @@ def same_results(actual: list[np.ndarray], expected: list[np.ndarray]) -> bool:
 
 
 # --------------------------------------------------------------------------- ONNX
-
-onnx = pytest.importorskip("onnx")
 
 
 def _node_cases() -> list[Any]:
@@ -286,7 +285,7 @@ ODD_DATASETS = [np.array([]), np.array([-1.0]), np.array([b"x"]), np.array(np.na
 
 
 def _nir_files(folder: Path) -> list[bytes]:
-    nir = pytest.importorskip("nir")
+    import nir
     lif = nir.LIF(tau=np.full(3, 2e-3), r=np.ones(3), v_leak=np.zeros(3),
                   v_threshold=np.full(3, 0.5))
     cuba = nir.CubaLIF(tau_syn=np.full(3, 5e-3), tau_mem=np.full(3, 2e-3), r=np.ones(3),

@@ -9,6 +9,8 @@ import tempfile
 import types
 from pathlib import Path
 
+import h5py
+import nir
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -21,14 +23,10 @@ from polyhal.errors import (
     VerificationError,
 )
 from polyhal.interop.loading import load_model
+from polyhal.interop.nir import load_nir, save_nir, to_nir
 from polyhal.ir import DType, GraphBuilder, Limits, TensorType
 from polyhal.ops import snn
 from polyhal.reference import run
-
-nir = pytest.importorskip("nir")
-h5py = pytest.importorskip("h5py")
-
-from polyhal.interop.nir import load_nir, save_nir, to_nir  # noqa: E402
 
 DT = 0.5
 RNG = np.random.default_rng(7)

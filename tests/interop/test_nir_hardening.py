@@ -6,15 +6,13 @@ from __future__ import annotations
 import itertools
 import time
 
+import h5py
+import nir
 import numpy as np
 import pytest
 
 from polyhal.errors import LimitExceededError, SerializationError, VerificationError
-
-nir = pytest.importorskip("nir")
-h5py = pytest.importorskip("h5py")
-
-from polyhal.interop.nir import load_nir  # noqa: E402
+from polyhal.interop.nir import load_nir
 
 DT = 0.5
 

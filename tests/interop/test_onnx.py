@@ -9,9 +9,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
 
 import polyhal
 from polyhal import ops
@@ -24,15 +27,7 @@ from polyhal.errors import (
     VerificationError,
 )
 from polyhal.interop.loading import load_model
-from polyhal.ir import DType, Graph, GraphBuilder, Limits, TensorType, bf16, f16, f32, f64, u8
-from polyhal.reference import run
-
-onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
-
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-
-from polyhal.interop.onnx import (  # noqa: E402
+from polyhal.interop.onnx import (
     ORT_MAX_OPSET,
     export_opset,
     load_onnx,
@@ -41,6 +36,8 @@ from polyhal.interop.onnx import (  # noqa: E402
     save_onnx,
     to_onnx,
 )
+from polyhal.ir import DType, Graph, GraphBuilder, Limits, TensorType, bf16, f16, f32, f64, u8
+from polyhal.reference import run
 
 F = TensorProto.FLOAT
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,14 +4,10 @@ the dimension at fault."""
 from __future__ import annotations
 
 import pytest
+from onnx import TensorProto, helper
 
 from polyhal.errors import LimitExceededError, SerializationError
-
-onnx = pytest.importorskip("onnx")
-
-from onnx import TensorProto, helper  # noqa: E402
-
-from polyhal.interop.onnx import load_onnx  # noqa: E402
+from polyhal.interop.onnx import load_onnx
 
 
 def _model(nodes, x_shape, initializers=()):

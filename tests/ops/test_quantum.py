@@ -7,9 +7,7 @@ import base64
 
 import numpy as np
 import pytest
-
-pytest.importorskip("qiskit")
-
+import qiskit  # noqa: F401
 from qiskit import QuantumCircuit
 from qiskit.circuit.library import get_standard_gate_name_mapping
 from qiskit.quantum_info import SparsePauliOp, Statevector
