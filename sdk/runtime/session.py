@@ -320,7 +320,7 @@ class Session:
                     item.assigned = self._lanes[next(self._dealt) % len(self._lanes)].address
             self._queue.extend(items)
             self.stats.micro_batches += len(items)
-            orphans = self._take_orphans()
+            orphans = self._take_orphans(items)  # what was queued before was checked then
             self._cond.notify_all()
         self._fail_orphans(orphans)
 
@@ -331,9 +331,11 @@ class Session:
         return len(item.faults) < self.max_attempts and any(
             lane.state != FAILED and lane.address not in item.incapable for lane in self._lanes)
 
-    def _take_orphans(self) -> list[_Item]:
-        """Remove from the queue what no device is left to run (under the lock)."""
-        orphans = [item for item in self._queue if not self._servable(item)]
+    def _take_orphans(self, candidates: Sequence[_Item] | None = None) -> list[_Item]:
+        """Remove from the queue what no device is left to run (under the lock), among
+        ``candidates`` (default: the whole queue, after a device failed)."""
+        queued = self._queue if candidates is None else candidates
+        orphans = [item for item in queued if not self._servable(item)]
         for item in orphans:
             self._queue.remove(item)
         return orphans
