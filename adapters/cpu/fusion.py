@@ -14,7 +14,6 @@ from __future__ import annotations
 import atexit
 import hashlib
 import importlib.util
-import os
 import shutil
 import sys
 import tempfile
@@ -28,6 +27,7 @@ import numpy as np
 
 from polyhal.cache import cache_dir as polyhal_cache_dir
 from polyhal.errors import PolyhalError
+from polyhal.files import write_atomically
 from polyhal.ir.graph import Graph
 from polyhal.passes import elementwise
 from polyhal.passes.elementwise import FusionGroup
@@ -154,9 +154,7 @@ def _kernel_file(digest: str, source: str) -> Path:
     try:
         path = cache_dir() / f"fused_{digest}.py"
         if not path.exists():
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(source)
-            os.replace(tmp, path)
+            write_atomically(path, source.encode())
         return path
     except (OSError, PolyhalError) as exc:
         if not _scratch:
