@@ -11,14 +11,10 @@ float32 Erf and Gelu use a vectorizable rational erf (max abs error 3.4e-7).
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import importlib.util
-import shutil
 import sys
-import tempfile
 import threading
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from polyhal.cache import cache_dir as polyhal_cache_dir
-from polyhal.errors import PolyhalError
+from polyhal.cache import private_cache_dir, writable_cache_dir
 from polyhal.files import write_atomically
 from polyhal.ir.graph import Graph
 from polyhal.passes import elementwise
@@ -143,28 +139,19 @@ def cache_dir() -> Path:
     return polyhal_cache_dir("cpu-kernels")
 
 
-_scratch: list[Path] = []
-"""This process's own kernel folder, made when the cache cannot be written."""
-
-
 def _kernel_file(digest: str, source: str) -> Path:
     """The file of a kernel's source in the cache, or, when the cache cannot be
     written (a read-only home, a bad ``POLYHAL_CACHE_DIR``), in a folder of this
     process's own, with a warning: a cache is never a reason for a run to fail."""
-    try:
-        path = cache_dir() / f"fused_{digest}.py"
-        if not path.exists():
+    path = writable_cache_dir("cpu-kernels", "cpu") / f"fused_{digest}.py"
+    if not path.exists():
+        try:
             write_atomically(path, source.encode())
-        return path
-    except (OSError, PolyhalError) as exc:
-        if not _scratch:
-            _scratch.append(Path(tempfile.mkdtemp(prefix="polyhal-cpu-kernels-")))
-            atexit.register(shutil.rmtree, _scratch[0], ignore_errors=True)
-            warnings.warn(f"cpu: the kernel cache cannot be written ({exc}); kernels are "
-                          f"compiled for this process only, in {_scratch[0]}", stacklevel=3)
-        path = _scratch[0] / f"fused_{digest}.py"
-        path.write_text(source)
-        return path
+        except OSError as exc:  # a full disk, say, after the folder was found writable
+            path = private_cache_dir("cpu-kernels", f"cpu: cannot write {path} "
+                                     f"({exc.strerror or exc})") / path.name
+            write_atomically(path, source.encode())
+    return path
 
 
 def compile_group(group: FusionGroup) -> Callable[..., Any]:

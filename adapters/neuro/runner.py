@@ -24,7 +24,7 @@ import numpy as np
 
 from polyhal.adapters.neuro.network import BrianNetwork
 from polyhal.adapters.neuro.plan import NetworkPlan
-from polyhal.cache import cache_dir
+from polyhal.cache import writable_cache_dir
 from polyhal.errors import DeviceError
 
 BRIAN_LOCK = threading.RLock()
@@ -35,8 +35,10 @@ TARGETS = ("numpy", "cython", "cpp_standalone")
 
 
 def cache_root() -> Path:
-    """Where standalone projects live: ``$POLYHAL_CACHE_DIR/neuro`` (or ``~/.cache/polyhal``)."""
-    return cache_dir("neuro")
+    """Where standalone projects (and their locks) live: ``$POLYHAL_CACHE_DIR/neuro`` (or
+    ``~/.cache/polyhal``); a folder of this process's own, with a warning, when that
+    cannot be written."""
+    return writable_cache_dir("neuro", "neuro")
 
 
 def device_fault(net: BrianNetwork | None, stage: str, exc: BaseException) -> DeviceError:

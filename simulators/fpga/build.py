@@ -6,7 +6,8 @@
   from a user or a graph reaches the HDL unchecked.
 - :func:`build` compiles a known top-level module into a cache directory keyed
   by the RTL sources' contents, the parameters and the simulator's version
-  (``$POLYHAL_CACHE_DIR/fpga`` or ``~/.cache/polyhal/fpga``); concurrent builds
+  (``$POLYHAL_CACHE_DIR/fpga`` or ``~/.cache/polyhal/fpga``; when that cannot be
+  written, a folder of the process's own, with a warning); concurrent builds
   are safe (each builds in a temporary directory that is then renamed). Verilator
   builds share the compiled run-time library through :mod:`.objcache` (about 17 of
   the 20 s a small module took to build; ``POLYHAL_FPGA_NO_OBJCACHE=1`` turns it off).
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from polyhal.cache import cache_dir
+from polyhal.cache import cache_dir, writable_cache_dir
 from polyhal.errors import DeviceError, UnsupportedError
 
 RTL_DIR = Path(__file__).resolve().parent / "rtl"
@@ -205,8 +206,17 @@ def check_parameters(params: Mapping[str, object] | None,
 
 
 def cache_root() -> Path:
-    """Where builds are cached."""
+    """Where builds are cached; not made here, and read even when it cannot be written
+    (what builds writes in :func:`~polyhal.cache.writable_cache_dir`'s folder)."""
     return cache_dir("fpga", create=False)
+
+
+def _is_built(folder: Path) -> bool:
+    """Whether ``folder`` holds a finished build (False when it cannot be looked at)."""
+    try:
+        return (folder / _MARKER).is_file()
+    except OSError:
+        return False
 
 
 def rtl_sources() -> list[Path]:
@@ -334,11 +344,14 @@ def build(toplevel: str, parameters: Mapping[str, object] | None = None,
 
     params = check_parameters(parameters, toplevel)
     sim = choose_simulator(simulator)
-    root = cache_root()
-    final = root / f"{sim}-{toplevel}-{build_key(toplevel, params, sim)}"
-    if (final / _MARKER).is_file():
+    name = f"{sim}-{toplevel}-{build_key(toplevel, params, sim)}"
+    cached = cache_root() / name
+    if _is_built(cached):  # reused even from a cache that cannot be written
+        return cached
+    root = writable_cache_dir("fpga", "fpga")
+    final = root / name
+    if _is_built(final):  # built before by this process, in a folder of its own
         return final
-    root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
     log = tmp / "build.log"
     start = time.monotonic()
@@ -445,7 +458,7 @@ def run_bench(module: str, toplevel: str, parameters: Mapping[str, object] | Non
     params = check_parameters(parameters, toplevel)
     sim = choose_simulator(simulator)
     build_dir = build(toplevel, params, sim)
-    runs = cache_root() / "runs"
+    runs = writable_cache_dir("fpga", "fpga") / "runs"
     runs.mkdir(parents=True, exist_ok=True)
     test_dir = Path(tempfile.mkdtemp(prefix=f"{toplevel}-", dir=runs))
     xml = test_dir / "results.xml"
