@@ -4,6 +4,7 @@ and save back; nested graphs flatten; bad input fails clearly."""
 from __future__ import annotations
 
 import itertools
+import re
 import sys
 import tempfile
 import types
@@ -648,6 +649,31 @@ def test_save_to_a_folder_that_does_not_exist(tmp_path):
     graph = load_nir(chain([2], lif=_lif()), dt=DT)
     with pytest.raises(SerializationError, match=r"cannot write the NIR file"):
         save_nir(graph, tmp_path / "no" / "such" / "model.nir")
+
+
+def test_a_save_that_fails_midway_leaves_the_previous_file_as_it_was(tmp_path):
+    path = tmp_path / "model.nir"
+    save_nir(load_nir(chain([2], lif=_lif()), dt=DT), path)
+    before = path.read_bytes()
+    g = GraphBuilder("net")
+    x = g.input("x", TensorType(DType.FLOAT64, ("time", "batch", 3)))
+    g.output(snn.linear(x, g.constant(np.ones((2, 3))), name="fc\x00"), name="y")
+    # h5py fails on the NUL byte after it has begun to write the file
+    with pytest.raises(SerializationError, match=rf"^{re.escape(str(path))}: cannot write the "
+                                                 r"NIR file \(.*embedded NULL"):
+        save_nir(g.build(), path)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["model.nir"]  # no temporary file left
+
+
+def test_save_replaces_a_symlink_instead_of_writing_through_it(tmp_path):
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("not yours")
+    link = tmp_path / "model.nir"
+    link.symlink_to(target)
+    save_nir(load_nir(chain([2], lif=_lif()), dt=DT), link)
+    assert not link.is_symlink() and target.read_text() == "not yours"
+    assert [n.op for n in load_nir(link, dt=DT).nodes] == ["LIF"]
 
 
 # --------------------------------------------------------------------------- load_model

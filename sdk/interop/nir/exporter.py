@@ -12,6 +12,7 @@ node must agree on them, and whoever reads the file passes the same ones to
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +21,7 @@ import nir
 import numpy as np
 
 from polyhal.errors import SerializationError, UnsupportedError
+from polyhal.files import display, write_atomically
 from polyhal.ir import dims as D
 from polyhal.ir.graph import Graph, Node
 from polyhal.ir.types import TensorType
@@ -48,14 +50,22 @@ def to_nir(graph: Graph) -> nir.NIRGraph:
 def save_nir(graph: Graph, path: str | os.PathLike[str]) -> None:
     """Write ``graph`` (snn ops, their constants, graph inputs and outputs) as a NIR file.
 
+    The file is replaced whole or not at all (:func:`polyhal.files.write_atomically`):
+    a failed write leaves a previous file at ``path`` as it was, and a symbolic link
+    there is replaced, not written through.
+
     >>> save_nir(graph, "model.nir")                     # doctest: +SKIP
     >>> same = load_nir("model.nir", dt=1e-3)            # doctest: +SKIP
     """
     model = to_nir(graph)
+    # h5py reads back what it writes, which write_atomically's write-only stream does
+    # not allow: the file is made in memory, then written whole.
+    buffer = io.BytesIO()
     try:
-        nir.write(path, model)
+        nir.write(buffer, model)
+        write_atomically(path, buffer.getvalue())
     except (OSError, ValueError, TypeError) as exc:
-        raise SerializationError(f"{path}: cannot write the NIR file ({exc})") from None
+        raise SerializationError(f"{display(path)}: cannot write the NIR file ({exc})") from None
 
 
 def _features(t: TensorType, where: str) -> tuple[int, ...]:
