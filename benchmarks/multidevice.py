@@ -8,7 +8,8 @@ long (it sleeps 3x the run's own time after it). The workload is an MLP
 (256 -> 4 x 1024 -> 10, ReLU, float32) over ``--rows`` rows in micro-batches of
 ``--micro-batch``, one call, after a warm-up call that compiles on every
 device. Throughput is rows per second of the whole call, median of
-``--repeat`` calls.
+``--repeat`` calls (3 by default, ``--quick`` too: one call of a few
+micro-batches can take several times as long as the next).
 
 Rows printed:
 
@@ -120,21 +121,23 @@ def main() -> None:
     parser.add_argument("--micro-batch", type=int, default=32)
     parser.add_argument("--stretch", type=float, default=8.0,
                         help="the latency-bound table stretches every run this many times")
-    parser.add_argument("--repeat", type=int, default=None)
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="calls timed per row; the row shows their median")
     args = parser.parse_args()
     mb = args.micro_batch
     rows = mb * (12 if args.quick else 96)
-    repeat = args.repeat or (1 if args.quick else 3)
+    if args.repeat < 1:
+        parser.error(f"--repeat {args.repeat}: must be a positive number of calls")
     x = np.random.default_rng(1).standard_normal((rows, 256)).astype(np.float32)
     print(f"polyhal Session over faulty:N(inner={args.inner}) workers; {rows} rows in "
-          f"micro-batches of {mb}; {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} cores")
+          f"micro-batches of {mb}, median of {args.repeat} calls; "
+          f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores")
     print(f"{'case':<34}{'rows/s':>12}{'ratio':>9}  notes")
     scenario("compute-bound: the devices share this machine's cores", 1.0, args.inner, x, mb,
-             repeat)
+             args.repeat)
     if not args.quick:  # the same code with every run stretched (8x as long to run)
         scenario(f"latency-bound: every run stretched {args.stretch:g}x (the device waits, "
-                 "as an accelerator's host does)", args.stretch, args.inner, x, mb, repeat)
+                 "as an accelerator's host does)", args.stretch, args.inner, x, mb, args.repeat)
 
 
 if __name__ == "__main__":

@@ -68,9 +68,15 @@ def test_a_thousand_requests_survive_faults_and_a_hanging_device():
     assert sum(h.completed for h in health.values()) == 1000  # each ran exactly once
     assert health["faulty:2"].completed == 0 and health["faulty:2"].faults >= 1
     assert "timed out" in health["faulty:2"].last_error or "probe" in health["faulty:2"].last_error
-    assert health["faulty:0"].faults >= 10 and health["faulty:1"].faults >= 10
+    # faulty:0 and faulty:1 ran every micro-batch between them, ~1,100 runs with a 10%
+    # fault rate each: ~110 faults, ~10 the standard deviation. How the runs split between
+    # them depends on the load (a crash restarts a worker), so only their sum is counted.
+    assert health["faulty:0"].faults + health["faulty:1"].faults >= 50
     assert stats.faults == sum(h.faults for h in health.values())
-    assert len(stats.recoveries) >= 20 and stats.mean_recovery_seconds > 0
+    assert stats.retries == stats.faults  # every fault put its micro-batch back in the queue
+    # each micro-batch that faulted (at most 7 times) completed later, and recovered once
+    assert stats.faults / 7 <= len(stats.recoveries) <= stats.faults
+    assert stats.mean_recovery_seconds > 0
 
 
 def test_a_micro_batch_fails_with_every_attempt_named_when_there_is_no_fallback():
