@@ -105,6 +105,9 @@ class Step:
     channels_last: bool = False
     """True when the output buffer must be channels-last."""
     scratch: Scratch = field(default_factory=dict)
+    quiet: bool = False
+    """True when the step cannot raise numpy's floating-point warnings (a numba kernel
+    on arrays it is given): a plan of quiet steps runs without ``np.errstate``."""
 
 
 @dataclass(frozen=True)
@@ -430,13 +433,17 @@ class PlanBuilder:
     def _packed_step(self, name: str, a: int, result: Value, packed: PackedWeights,
                      relu: bool) -> Step:
         """A product of A (slot ``a``) by packed constant weights (:mod:`.packed_gemm`)."""
-        from polyhal.adapters.cpu.kernels.packed_gemm import multiply_unchecked
+        from polyhal.adapters.cpu.kernels import packed_gemm
 
         out = self.slot(result.name)
         shape = tuple(int(d) for d in result.type.shape)
         flat = (math.prod(shape[:-1]), packed.columns)  # rows, columns
         a_flat = (flat[0], packed.depth)
-        empty = 0 in flat  # no rows or no columns (no depth still writes the bias)
+        if 0 in flat:  # no rows or no columns (no depth still writes the bias)
+            def multiply(a: np.ndarray, out: np.ndarray) -> None:
+                pass
+        else:
+            multiply = packed_gemm.multiplier(flat[0], packed, relu)
 
         def make(buffers: list[int | None], scratch: dict[str, int]) -> StepFn:
             buffer = buffers[0]
@@ -444,16 +451,20 @@ class PlanBuilder:
             def step(env: Env, arena: Arena) -> None:
                 target = arena[buffer] if buffer is not None else np.empty(shape,
                                                                             packed.bias.dtype)
-                if not empty:
-                    if not target.flags.c_contiguous:  # a reshape would copy: never here
-                        raise ValueError(f"{name}: packed GEMM output buffer is strided")
-                    multiply_unchecked(np.ascontiguousarray(env[a]).reshape(a_flat), packed,
-                                       target.reshape(flat), relu)
+                a_value = np.ascontiguousarray(env[a])
+                if a_value.shape != a_flat:
+                    a_value = a_value.reshape(a_flat)
+                if shape == flat:
+                    multiply(a_value, target)
+                elif target.flags.c_contiguous:  # a reshape would copy: never here
+                    multiply(a_value, target.reshape(flat))
+                else:
+                    raise ValueError(f"{name}: packed GEMM output buffer is strided")
                 env[out] = target
 
             return step
 
-        return Step(name, [a], [out], False, True, make, [result.type])
+        return Step(name, [a], [out], False, True, make, [result.type], quiet=True)
 
     def _kernel(self, node: Node) -> Step:
         call = _generic(node)
@@ -547,7 +558,7 @@ class PlanBuilder:
             if self.slot(name) in read:
                 template[self.slot(name)] = array
         return Plan(functions, input_slots, output_slots, copies, template, buffers,
-                    [s.name for s in self.steps])
+                    [s.name for s in self.steps], quiet=all(s.quiet for s in self.steps))
 
     def _name(self, slot: int) -> str:
         if not hasattr(self, "_names"):
@@ -586,7 +597,7 @@ class Plan:
 
     def __init__(self, functions: list[StepFn], input_slots: list[int], output_slots: list[int],
                  copies: list[bool], template: list[Any], buffers: list[BufferSpec],
-                 step_names: list[str]) -> None:
+                 step_names: list[str], quiet: bool = False) -> None:
         self.functions = functions
         self.input_slots = input_slots
         self.output_slots = output_slots
@@ -594,6 +605,8 @@ class Plan:
         self.template = template
         self.buffers = buffers
         self.step_names = step_names
+        self.quiet = quiet
+        """True when no step can raise numpy's floating-point warnings."""
         self.last_seconds: list[float] = []
         """Seconds each step took in the run that finished last (empty before a run)."""
         self._arenas: queue.SimpleQueue[Arena] = queue.SimpleQueue()
@@ -613,26 +626,35 @@ class Plan:
             env = list(self.template)
             for slot, array in zip(self.input_slots, arrays, strict=True):
                 env[slot] = array
-            # Floating-point warnings are the IR's semantics (inf, NaN), not errors;
-            # set once per run rather than once per step.
-            seconds = [0.0] * len(self.functions)
-            clock = time.perf_counter
-            index = 0
-            try:
+            if self.quiet:
+                self.last_seconds = self._run_steps(env, arena)
+            else:
+                # Floating-point warnings are the IR's semantics (inf, NaN), not errors;
+                # set once per run rather than once per step.
                 with np.errstate(all="ignore"):
-                    start = clock()
-                    for index, function in enumerate(self.functions):
-                        function(env, arena)
-                        now = clock()
-                        seconds[index], start = now - start, now
-            except PolyhalError:
-                raise
-            except Exception as exc:  # bad data (an index out of range, say): not a fault
-                raise ExecutionError(f"cpu: step {self.step_names[index]!r} failed: "
-                                     f"{type(exc).__name__}: {exc}") from exc
-            self.last_seconds = seconds
+                    self.last_seconds = self._run_steps(env, arena)
             return [np.array(env[s], copy=True, order="C") if copy
                     else np.asarray(env[s], order="C")
                     for s, copy in zip(self.output_slots, self.copies, strict=True)]
         finally:
             self._arenas.put(arena)
+
+    def _run_steps(self, env: Env, arena: Arena) -> list[float]:
+        """Run every step; returns the seconds each took. An exception other than a
+        ``PolyhalError`` (bad data: an index out of range, say) is an
+        :class:`ExecutionError` naming the step, not a device fault."""
+        seconds = [0.0] * len(self.functions)
+        clock = time.perf_counter
+        index = 0
+        try:
+            start = clock()
+            for index, function in enumerate(self.functions):
+                function(env, arena)
+                now = clock()
+                seconds[index], start = now - start, now
+        except PolyhalError:
+            raise
+        except Exception as exc:
+            raise ExecutionError(f"cpu: step {self.step_names[index]!r} failed: "
+                                 f"{type(exc).__name__}: {exc}") from exc
+        return seconds

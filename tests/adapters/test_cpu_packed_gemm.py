@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import threading
 import tracemalloc
+import warnings
 
 import numpy as np
 import pytest
@@ -88,6 +89,9 @@ def test_any_thread_count_gives_the_same_bits(monkeypatch):
         for count in (1, 2, 3, 5):
             cpu_threads.set_count(count)
             results.append(packed_gemm.multiply(a, weights, np.empty((7, 100), np.float32)))
+            out = np.empty((7, 100), np.float32)
+            packed_gemm.multiplier(7, weights, False)(a, out)  # what a plan calls
+            results.append(out)
     finally:
         cpu_threads.set_count(cpu_threads.available())
     for result in results[1:]:
@@ -125,13 +129,18 @@ def test_gemms_on_constant_weights_match_the_reference(rows, trans_b, c_shape, a
 
 def test_packed_weights_are_used_where_they_apply(monkeypatch):
     calls: list[tuple[int, ...]] = []
-    multiply = packed_gemm.multiply_unchecked
+    make_multiplier = packed_gemm.multiplier
 
-    def counted(a, weights, out, relu):
-        calls.append(a.shape)
-        multiply(a, weights, out, relu)
+    def counted(rows, weights, relu):
+        multiply = make_multiplier(rows, weights, relu)
 
-    monkeypatch.setattr(packed_gemm, "multiply_unchecked", counted)
+        def recorded(a, out):
+            calls.append(a.shape)
+            multiply(a, out)
+
+        return recorded
+
+    monkeypatch.setattr(packed_gemm, "multiplier", counted)
     rng = np.random.default_rng(5)
     cases = {  # graph -> the input's shape, and whether its product is packed
         _gemm_graph(2, f64, 1, (5,), 1.0, 1.0): ((2, 6), True),
@@ -229,3 +238,25 @@ def test_concurrent_calls_with_products_split_between_threads(monkeypatch):
         worker.join(timeout=120)
     assert not errors and not any(w.is_alive() for w in workers), errors[:1]
     assert split and min(split) >= 2, split[:5]
+
+
+@pytest.mark.parametrize("rows", [2, packed_gemm.MAX_ROWS + 1])  # packed, then BLAS
+def test_inf_and_nan_are_values_not_warnings_in_quiet_and_other_plans(rows):
+    g = GraphBuilder("layers")
+    x = g.input("x", f32["n", 6])
+    rng = np.random.default_rng(8)
+    bias = g.constant(np.ones(12, np.float32))
+    hidden = ops.relu(x @ g.constant(rng.normal(size=(6, 12)).astype(np.float32)) + bias)
+    g.output(hidden @ g.constant(np.full((12, 3), 1e30, np.float32)), name="y")
+    graph = g.build()
+    xs = rng.normal(size=(rows, 6)).astype(np.float32)
+    xs[0, 0], xs[1] = np.nan, 3e38  # NaN, and products that overflow to inf
+    executable = open_device("cpu").compile(graph, CompileOptions())
+    # A plan of packed products only runs without np.errstate; one with BLAS steps in it.
+    assert executable.inner.plan_for(((rows, 6),)).quiet == (rows <= packed_gemm.MAX_ROWS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = polyhal.compile(graph, device="cpu")(xs)["y"]
+    expected = run(graph, xs)["y"]
+    assert np.isinf(got).any() and np.isnan(got).any()
+    np.testing.assert_allclose(got, expected, rtol=1e-5, equal_nan=True)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -197,6 +198,19 @@ def multiply(a: np.ndarray, weights: PackedWeights, out: np.ndarray, relu: bool 
     if rows and weights.columns:
         multiply_unchecked(np.ascontiguousarray(a), weights, out, relu)
     return out
+
+
+def multiplier(rows: int, weights: PackedWeights, relu: bool
+               ) -> Callable[[np.ndarray, np.ndarray], None]:
+    """``(a, out)`` -> :func:`multiply_unchecked` ``(a, weights, out, relu)`` for a plan
+    whose products have ``rows`` rows: where the product is too small for a second
+    thread at any thread count, the kernel is called directly (one call of a small
+    model then costs less)."""
+    count = weights.panels.shape[0]
+    panels, bias = weights.panels, weights.bias
+    if min(count, rows * weights.depth * weights.columns // MIN_WORK_PER_THREAD) > 1:
+        return lambda a, out: multiply_unchecked(a, weights, out, relu)
+    return lambda a, out: _panels(a, panels, bias, out, 0, count, relu)
 
 
 def multiply_unchecked(a: np.ndarray, weights: PackedWeights, out: np.ndarray, relu: bool
