@@ -14,9 +14,12 @@ standalone run changes into), so every build and run holds :data:`BRIAN_LOCK`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import time
+import types
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +55,33 @@ def device_fault(net: BrianNetwork | None, stage: str, exc: BaseException) -> De
     return DeviceError(f"neuro: brian2 failed to {stage}{where}: {message}")
 
 
+_NO_COLLECT = types.SimpleNamespace(collect=lambda generation=2: 0)
+
+
+@contextlib.contextmanager
+def _no_collect_in_brian2_run() -> Iterator[None]:
+    """Skip the ``gc.collect()`` that starts brian2's ``Network.run``.
+
+    brian2 collects garbage there only to warn of objects that were created but
+    left out of a network, and a built network has none. In a process holding
+    brian2 and sympy a full collection takes 80-120 ms here, most of a small
+    network's run. Python's own collector still runs when it always does.
+    Hold :data:`BRIAN_LOCK` around it: the module's ``gc`` is swapped for the
+    call.
+    """
+    from brian2.core import network as network_module
+
+    saved = getattr(network_module, "gc", None)
+    if saved is None:  # a brian2 without the call: nothing to skip
+        yield
+        return
+    network_module.gc = _NO_COLLECT
+    try:
+        yield
+    finally:
+        network_module.gc = saved
+
+
 class RuntimeRunner:
     """A network run in this process, by numpy or by Cython-compiled code objects."""
 
@@ -84,7 +114,7 @@ class RuntimeRunner:
         assert net is not None
         b2 = net.b2
         # inf and NaN from inf and NaN inputs are IEEE-correct results, not faults.
-        with BRIAN_LOCK, np.errstate(all="ignore"):
+        with BRIAN_LOCK, np.errstate(all="ignore"), _no_collect_in_brian2_run():
             try:
                 net.network.restore("initial")
                 values = net.feed_values(arrays)

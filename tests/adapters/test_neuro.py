@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 import time
 
@@ -284,6 +285,35 @@ def test_runs_are_independent_and_reuse_one_network(neuro):
     for a, b in zip(runs[0], runs[2], strict=True):
         assert np.array_equal(a, b)
     assert not np.array_equal(runs[0][1], runs[1][1])
+
+
+def test_a_run_skips_the_collection_brian2_starts_each_run_with():
+    # brian2's Network.run starts with gc.collect() only to warn of objects left out of
+    # a network; with brian2 and sympy loaded it takes 80-120 ms, most of a small run.
+    from brian2.core import network as brian2_network
+
+    device = open_device("neuro", isolate=False)  # runs in this process, where gc is seen
+    rng = np.random.default_rng(32)
+    graph = _graph((10, 1, 3), lambda x: _neuron("LIF", x, rng, 3, "exact", "v_reset"))
+    executable = device.compile(graph, CompileOptions())
+    x = rng.normal(0.5, 1, (10, 1, 3))
+    collections: list[int] = []
+
+    def count(phase: str, info: dict) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    gc.disable()  # only explicit collections remain
+    gc.callbacks.append(count)
+    try:
+        outputs = [device.download(b) for b in executable.run([device.upload(x)])]
+    finally:
+        gc.callbacks.remove(count)
+        gc.enable()
+    assert collections == []
+    assert brian2_network.gc is gc  # brian2 is left as it was
+    np.testing.assert_allclose(outputs[0], run(graph, x)[graph.outputs[0].name], rtol=1e-6,
+                               atol=1e-9)
 
 
 # ---------------------------------------------------------------------------- bad input
