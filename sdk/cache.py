@@ -58,8 +58,8 @@ def writable_cache_dir(component: str, who: str) -> Path:
             pass
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the variable
         reason = getattr(exc, "strerror", None) or str(exc)
-        return private_cache_dir(component, f"{who}: the cache folder {path} cannot be written "
-                                       f"({reason}; it is {_source()})")
+        return private_cache_dir(component, f"{who}: the cache folder {path} cannot be "
+                                            f"written ({reason}; it is {_source()})")
     return path
 
 
