@@ -15,6 +15,7 @@ import warnings
 from pathlib import Path
 
 from polyhal.errors import PolyhalError
+from polyhal.files import probe_writable
 
 CACHE_ENV = "POLYHAL_CACHE_DIR"
 """The variable that moves every cache (default: ``~/.cache/polyhal``)."""
@@ -54,8 +55,7 @@ def writable_cache_dir(component: str, who: str) -> Path:
     path = cache_dir(component, create=False)
     try:
         path.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):  # a read-only folder exists, yet fails here
-            pass
+        probe_writable(path)  # a read-only folder exists, yet fails here
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the variable
         reason = getattr(exc, "strerror", None) or str(exc)
         return private_cache_dir(component, f"{who}: the cache folder {path} cannot be "

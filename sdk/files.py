@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import secrets
 import stat
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
@@ -116,3 +117,10 @@ def write_atomically(path: str | os.PathLike[str],
         temporary.unlink(missing_ok=True)
         raise
     return path
+
+
+def probe_writable(folder: str | os.PathLike[str]) -> None:
+    """Raise the ``OSError`` of creating a file in ``folder`` (one is made and removed
+    at once): permission bits do not tell, for root or in /proc."""
+    with tempfile.TemporaryFile(dir=folder):
+        pass

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from polyhal.errors import LimitExceededError, SerializationError
-from polyhal.files import open_regular, read_limited, write_atomically
+from polyhal.files import open_regular, probe_writable, read_limited, write_atomically
 
 
 @pytest.fixture
@@ -102,3 +102,12 @@ def test_read_limited_reads_at_most_the_limit(tmp_path):
     with pytest.raises(LimitExceededError, match=r"f: 5 bytes exceed the model file limit of "
                                                  r"4; raise it"):
         read_limited(tmp_path / "f", 4, "model file", "; raise it")
+
+
+def test_probe_writable_makes_no_lasting_file_and_raises_where_none_can_be_made(tmp_path):
+    probe_writable(tmp_path)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(OSError):
+        probe_writable(tmp_path / "missing")
+    with pytest.raises(OSError):
+        probe_writable("/proc/self/fd")  # a folder even root cannot add files to

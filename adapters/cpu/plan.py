@@ -439,6 +439,7 @@ class PlanBuilder:
         shape = tuple(int(d) for d in result.type.shape)
         flat = (math.prod(shape[:-1]), packed.columns)  # rows, columns
         a_flat = (flat[0], packed.depth)
+        reshaped = shape != flat  # a batched MatMul: rows over several axes
         if 0 in flat:  # no rows or no columns (no depth still writes the bias)
             def multiply(a: np.ndarray, out: np.ndarray) -> None:
                 pass
@@ -454,7 +455,7 @@ class PlanBuilder:
                 a_value = np.ascontiguousarray(env[a])
                 if a_value.shape != a_flat:
                     a_value = a_value.reshape(a_flat)
-                if shape == flat:
+                if not reshaped:
                     multiply(a_value, target)
                 elif target.flags.c_contiguous:  # a reshape would copy: never here
                     multiply(a_value, target.reshape(flat))

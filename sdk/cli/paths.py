@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 from polyhal.errors import PolyhalError
+from polyhal.files import probe_writable
 
 
 def check_target(path: Path, option: str, kept: dict[Path, str], overwrite: bool) -> None:
@@ -58,9 +58,8 @@ def writable_folder(folder: Path, option: str) -> Path:
 
 def check_writable(folder: Path, what: str) -> None:
     """A :class:`PolyhalError` starting with ``what`` unless a file can be made in
-    ``folder`` (tried: permission bits do not tell, for root or on /proc)."""
+    ``folder`` (:func:`polyhal.files.probe_writable`)."""
     try:
-        with tempfile.TemporaryFile(dir=folder):
-            pass
+        probe_writable(folder)
     except OSError as exc:
         raise PolyhalError(f"{what} is not writable ({exc.strerror or exc})") from None
