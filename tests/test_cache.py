@@ -32,6 +32,7 @@ def test_the_variable_moves_every_cache(tmp_path, monkeypatch):
     assert cache_dir("onnx") == tmp_path / "onnx" and (tmp_path / "onnx").is_dir()
     assert fusion.cache_dir() == tmp_path / "cpu-kernels"
     assert runner.cache_root() == tmp_path / "neuro"
+    assert runner.cython_cache_root() == tmp_path / "neuro-cython"
     assert build.cache_root() == tmp_path / "fpga"
 
 

@@ -6,7 +6,8 @@ standalone run changes into), so every build and run holds :data:`BRIAN_LOCK`.
 - :class:`RuntimeRunner` builds the network once, stores its initial state,
   and for each run restores it and runs with the inputs as TimedArrays in
   the run namespace. Code objects are generated on each run; Cython caches
-  the compiled ones by their code, which the inputs do not change.
+  the compiled ones by their code, which the inputs do not change, under
+  :func:`cython_cache_root` unless the user set brian2's own folder.
 - :class:`StandaloneRunner` generates and compiles a C++ project once, in a
   cache folder named by the network's fingerprint, and reruns the binary
   with the inputs passed as ``run_args`` (new TimedArray values, no rebuild).
@@ -42,6 +43,31 @@ def cache_root() -> Path:
     ``~/.cache/polyhal``); a folder of this process's own, with a warning, when that
     cannot be written."""
     return writable_cache_dir("neuro", "neuro")
+
+
+def cython_cache_root() -> Path:
+    """Where the ``cython`` target's compiled code objects live:
+    ``$POLYHAL_CACHE_DIR/neuro-cython`` (or ``~/.cache/polyhal``), with the same
+    fallback as :func:`cache_root`. brian2's own default is Cython's cache under
+    the home folder, which a read-only home makes fail the run."""
+    return writable_cache_dir("neuro-cython", "neuro")
+
+
+@contextlib.contextmanager
+def _cython_cache_in(folder: Path | None) -> Iterator[None]:
+    """brian2's ``prefs.codegen.runtime.cython.cache_dir`` set to ``folder`` for the
+    call, unless ``folder`` is None or the user set that preference (theirs wins).
+    Hold :data:`BRIAN_LOCK` around it: the preference is process-wide."""
+    from brian2 import prefs
+
+    if folder is None or prefs.codegen.runtime.cython.cache_dir is not None:
+        yield
+        return
+    prefs.codegen.runtime.cython.cache_dir = str(folder)
+    try:
+        yield
+    finally:
+        prefs.codegen.runtime.cython.cache_dir = None
 
 
 def device_fault(net: BrianNetwork | None, stage: str, exc: BaseException) -> DeviceError:
@@ -91,6 +117,7 @@ class RuntimeRunner:
         else:
             from brian2.codegen.runtime.numpy_rt import NumpyCodeObject as codeobj_class
         self.plan = plan
+        self._cython_cache = cython_cache_root() if target == "cython" else None
         self.net: BrianNetwork | None = None
         self._values: dict[str, np.ndarray] = {}
         """The last run's TimedArray values (its counters read them)."""
@@ -114,7 +141,8 @@ class RuntimeRunner:
         assert net is not None
         b2 = net.b2
         # inf and NaN from inf and NaN inputs are IEEE-correct results, not faults.
-        with BRIAN_LOCK, np.errstate(all="ignore"), _no_collect_in_brian2_run():
+        with (BRIAN_LOCK, np.errstate(all="ignore"), _no_collect_in_brian2_run(),
+              _cython_cache_in(self._cython_cache)):
             try:
                 net.network.restore("initial")
                 values = net.feed_values(arrays)

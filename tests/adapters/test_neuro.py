@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import gc
 import itertools
+import os
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -12,8 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import polyhal
-from polyhal.adapters.neuro import NeuroAdapter
+from polyhal.adapters.neuro import NeuroAdapter, runner
 from polyhal.adapters.neuro.maps import SynapseMap, conv_map
+from polyhal.cache import cache_dir
 from polyhal.conformance import run_suite
 from polyhal.conformance.snn_networks import neuron
 from polyhal.errors import (
@@ -432,6 +436,56 @@ def test_cython_target_smoke():
     graph, rng = _small_lif()
     check_against_reference(graph, [rng.normal(0.5, 1, (20, 2, 3))],
                             open_device("neuro", target="cython"))
+    from brian2 import prefs
+    assert prefs.codegen.runtime.cython.cache_dir is None  # left as it was
+
+
+_CYTHON_RUN = """
+import numpy as np, polyhal
+from polyhal.conformance.snn_networks import neuron
+from polyhal.hal import open_device
+from polyhal.ir import DType, GraphBuilder, TensorType
+rng = np.random.default_rng(37)  # test_cython_target_smoke's network: compiled once
+g = GraphBuilder("g")
+x = g.input("x", TensorType(DType.FLOAT64, (20, 2, 3)))
+g.output(*neuron("LIF", x, rng, DType.FLOAT64, 3, "exact", "v_reset", 2))
+graph = g.build()
+data = rng.normal(0.5, 1, (20, 2, 3))
+got = polyhal.compile(graph, device=open_device("neuro", target="cython"))(data)
+want = polyhal.run(graph, data)
+print(max(float(np.abs(got[k] - want[k]).max()) for k in want))
+"""
+
+
+def test_the_cython_target_compiles_into_the_polyhal_cache_not_the_home_folder(tmp_path):
+    """brian2's default Cython cache is under the home folder: a home that cannot be
+    written (here HOME names a file, which stops root too) failed every cython run."""
+    home = tmp_path / "afile"
+    home.write_text("x")
+    root = cache_dir("neuro-cython", create=False).parent
+    env = {k: v for k, v in os.environ.items() if k not in ("CYTHON_CACHE_DIR", "XDG_CACHE_HOME")}
+    env.update(HOME=str(home), POLYHAL_CACHE_DIR=str(root))
+    result = subprocess.run([sys.executable, "-c", _CYTHON_RUN], env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert float(result.stdout.split()[-1]) < 1e-9
+    assert "cannot be written" not in result.stderr  # no fallback: the cache itself
+    assert list((root / "neuro-cython").glob("*.so"))
+
+
+def test_a_cython_cache_folder_the_user_set_is_kept(tmp_path):
+    from brian2 import prefs
+
+    with runner.BRIAN_LOCK, runner._cython_cache_in(tmp_path / "ours"):
+        assert prefs.codegen.runtime.cython.cache_dir == str(tmp_path / "ours")
+    assert prefs.codegen.runtime.cython.cache_dir is None
+    prefs.codegen.runtime.cython.cache_dir = str(tmp_path / "theirs")
+    try:
+        with runner.BRIAN_LOCK, runner._cython_cache_in(tmp_path / "ours"):
+            assert prefs.codegen.runtime.cython.cache_dir == str(tmp_path / "theirs")
+        assert prefs.codegen.runtime.cython.cache_dir == str(tmp_path / "theirs")
+    finally:
+        prefs.codegen.runtime.cython.cache_dir = None
 
 
 def test_cpp_standalone_builds_once_and_reruns_with_new_inputs(tmp_path, monkeypatch):
