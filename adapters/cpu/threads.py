@@ -8,15 +8,7 @@ importing them.
 
 from __future__ import annotations
 
-import os
-
-
-def available() -> int:
-    """The cores this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
+from polyhal.hal.host import host_cores as available
 
 _count = available()
 

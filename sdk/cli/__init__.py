@@ -87,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "$POLYHAL_DEVICE_TIMEOUT, else the profile's)")
     conf.add_argument("--no-isolate", action="store_true",
                       help="run the device in this process (faster; a crash ends the run)")
+    conf.add_argument("--jobs", type=_positive(int, "a positive number of adapters"),
+                      help="adapters graded at the same time, each in a process of its own "
+                           "(default: one per core)")
     conf.add_argument("--quiet", action="store_true", help="no progress bar")
     conf.set_defaults(func=cmd_conformance)
 
@@ -139,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     except PolyhalError as exc:
         print_error(str(exc))
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: what was started is stopped on the way out
+        print_error("interrupted")
+        return 130
     except BrokenPipeError:  # `polyhal ... | head` closed the pipe: stop quietly, as rich does
         drop_stdout(stdout)
         return 141

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -12,15 +14,19 @@ from polyhal.cli.adapters import is_builtin
 from polyhal.cli.paths import writable_folder
 from polyhal.errors import PolyhalError
 
+if TYPE_CHECKING:
+    from polyhal.conformance.parallel import ProgressCallback
+    from polyhal.conformance.runner import Report
+
 
 def cmd_conformance(args: argparse.Namespace) -> int:
     """Grade the adapters (or ``--compare`` two sides); 1 when any adapter fails."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from polyhal.conformance import run_suite
     from polyhal.conformance.profiles import parse_levels
     from polyhal.conformance.report import write_report
     from polyhal.hal import get_adapter
+    from polyhal.hal.host import host_cores
 
     if args.compare is not None:
         return _compare(args)
@@ -42,50 +48,75 @@ def cmd_conformance(args: argparse.Namespace) -> int:
 
         for level, why in unavailable_levels().items():
             console.print(f"level {level} left out: {why}", markup=False)
+    options = {"levels": args.level, "profile": args.profile, "precision": args.precision,
+               "isolate": not args.no_isolate, "timeout": args.timeout}
+    jobs = min(args.jobs or host_cores(), len(names))
     all_ok = True
-    for name in names:
-        with Progress(TextColumn(f"[bold]{name}[/]"), BarColumn(), MofNCompleteColumn(),
-                      TextColumn("{task.fields[failures]} not passed"), console=console,
-                      disable=args.quiet) as progress:
-            task = progress.add_task(name, total=None, failures=0)
-            bad = 0
+    with Progress(TextColumn("[bold]{task.description}[/]"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[failures]} not passed"), console=console,
+                  disable=args.quiet) as progress:
+        tasks = {name: progress.add_task(name, total=None, failures=0) for name in names}
 
-            def on_result(result, index, total, task=task):
-                nonlocal bad
-                bad += result.outcome not in ("passed", "xfail", "not_applicable")
-                progress.update(task, completed=index + 1, failures=bad)
+        def on_progress(name: str, done: int, total: int | None, failures: int) -> None:
+            progress.update(tasks[name], completed=done, total=total, failures=failures)
 
-            report = run_suite(name, levels=args.level, profile=args.profile,
-                               precision=args.precision,
-                               isolate=not args.no_isolate, timeout=args.timeout,
-                               on_result=on_result,
-                               on_cases=lambda n, task=task: progress.update(task, total=n))
-        summary = ", ".join(f"{v} {k}" for k, v in report.summary.items())
-        verdict = "PASS" if report.ok else "FAIL"
-        console.print(f"{name}: {verdict} ({summary}) in {report.duration_s:.1f} s; coverage "
-                      + ", ".join(f"{d} {c['claimed']}/{c['total']}"
-                                  for d, c in report.coverage.items()), markup=False)
-        for level in report.levels:
-            cases = [c for c in report.cases if c.level == level]
-            skipped = sum(c.outcome == "not_applicable" for c in cases)
-            ran = len(cases) - skipped
-            if cases:
-                passed = sum(c.outcome == "passed" for c in cases)
-                listed = sum(c.outcome == "xfail" for c in cases)
-                console.print(f"  {level}: {ran} cases run, {passed} passed "
-                              f"({100 * passed / max(ran, 1):.1f}%), {listed} listed as expected "
-                              f"failures, {ran - passed - listed} other"
-                              + (f"; {skipped} not applicable (see the report)" if skipped
-                                 else ""), markup=False)
-        for case in report.cases:
-            if case.outcome not in ("passed", "xfail", "not_applicable"):
-                console.print(f"  {case.outcome:8} {case.id}: {case.message[:200]}",
-                              markup=False)
-        if args.report is not None:
-            paths = write_report(report, folders[name])
-            console.print(f"  report: {', '.join(str(p) for p in paths)}", markup=False)
-        all_ok &= report.ok
+        for name, report in _reports(names, jobs, on_progress, options):
+            _print_report(progress.console, name, report)
+            if args.report is not None:
+                paths = write_report(report, folders[name])
+                progress.console.print(f"  report: {', '.join(str(p) for p in paths)}",
+                                       markup=False)
+            all_ok &= report.ok
     return 0 if all_ok else 1
+
+
+def _reports(names: list[str], jobs: int, on_progress: ProgressCallback,
+             options: dict[str, Any]) -> Iterator[tuple[str, Report]]:
+    """Each adapter's report, in order: graded here one after another (``jobs`` 1), or
+    by :func:`~polyhal.conformance.parallel.run_suites`, ``jobs`` at a time."""
+    if jobs > 1:
+        from polyhal.conformance.parallel import run_suites
+
+        yield from run_suites(names, jobs, on_progress, **options)
+        return
+    from polyhal.conformance import run_suite
+    from polyhal.conformance.runner import BAD_OUTCOMES
+
+    for name in names:
+        failures = [0]
+
+        def on_result(result: Any, index: int, total: int, name: str = name,
+                      failures: list[int] = failures) -> None:
+            failures[0] += result.outcome in BAD_OUTCOMES
+            on_progress(name, index + 1, total, failures[0])
+
+        yield name, run_suite(name, on_result=on_result,
+                              on_cases=lambda total, name=name: on_progress(name, 0, total, 0),
+                              **options)
+
+
+def _print_report(console: Console, name: str, report: Report) -> None:
+    """The verdict, the counts per level and every case that did not pass."""
+    summary = ", ".join(f"{v} {k}" for k, v in report.summary.items())
+    verdict = "PASS" if report.ok else "FAIL"
+    console.print(f"{name}: {verdict} ({summary}) in {report.duration_s:.1f} s; coverage "
+                  + ", ".join(f"{d} {c['claimed']}/{c['total']}"
+                              for d, c in report.coverage.items()), markup=False)
+    for level in report.levels:
+        cases = [c for c in report.cases if c.level == level]
+        skipped = sum(c.outcome == "not_applicable" for c in cases)
+        ran = len(cases) - skipped
+        if cases:
+            passed = sum(c.outcome == "passed" for c in cases)
+            listed = sum(c.outcome == "xfail" for c in cases)
+            console.print(f"  {level}: {ran} cases run, {passed} passed "
+                          f"({100 * passed / max(ran, 1):.1f}%), {listed} listed as expected "
+                          f"failures, {ran - passed - listed} other"
+                          + (f"; {skipped} not applicable (see the report)" if skipped
+                             else ""), markup=False)
+    for case in report.cases:
+        if case.outcome not in ("passed", "xfail", "not_applicable"):
+            console.print(f"  {case.outcome:8} {case.id}: {case.message[:200]}", markup=False)
 
 
 def _available_builtins() -> list[str]:

