@@ -113,12 +113,13 @@ def is_report_path(source: str) -> bool:
 
 
 def resolve_sides(sources: Sequence[str], levels: Sequence[str] | None, profile: str,
-                  **run_options: Any) -> list[Side]:
+                  jobs: int = 1, **run_options: Any) -> list[Side]:
     """The sides ``sources`` name: a report path is loaded; an adapter name is run with
-    ``levels``, ``profile`` and ``run_options`` (see :func:`run_suite`). Every report
-    is read and every adapter name checked before the first run."""
+    ``levels``, ``profile`` and ``run_options`` (see :func:`run_suite`), two at a time
+    when ``jobs`` allows (:func:`~polyhal.conformance.parallel.run_suites`), once
+    when named twice. Every report is read and every adapter name checked before
+    the first run."""
     from polyhal.conformance.profiles import parse_levels
-    from polyhal.conformance.runner import run_suite
 
     loaded = {}
     for source in sources:
@@ -129,9 +130,13 @@ def resolve_sides(sources: Sequence[str], levels: Sequence[str] | None, profile:
             _check_adapter(source)
     if levels and len(loaded) < len(sources):
         parse_levels(levels)
-    return [loaded[source] if source in loaded else side_from_report(
-        run_suite(source, levels=levels, profile=profile, **run_options).to_dict(), source)
-        for source in sources]
+    from polyhal.conformance.parallel import run_suites
+
+    names = list(dict.fromkeys(s for s in sources if s not in loaded))
+    for name, report in run_suites(names, jobs, levels=levels, profile=profile,
+                                   **run_options):
+        loaded[name] = side_from_report(report.to_dict(), name)
+    return [loaded[source] for source in sources]
 
 
 def _check_adapter(name: str) -> None:

@@ -32,7 +32,8 @@ def run_suites(adapters: Sequence[str], jobs: int,
                on_progress: ProgressCallback | None = None, **options: Any
                ) -> Iterator[tuple[str, Report]]:
     """:func:`~polyhal.conformance.runner.run_suite` of each of ``adapters`` (with
-    ``options``), up to ``jobs`` at a time, each in a new ``spawn`` process.
+    ``options``), up to ``jobs`` at a time, each in a new ``spawn`` process; with
+    ``jobs`` 1 (or one adapter), here, one after another.
 
     Yields ``(adapter, report)`` in the order of ``adapters``, each as soon as it
     and every run before it are done; ``on_progress`` is called here, in the
@@ -49,6 +50,12 @@ def run_suites(adapters: Sequence[str], jobs: int,
     """
     if jobs < 1:
         raise PolyhalError(f"run_suites: jobs={jobs!r} must be at least 1")
+    twice = sorted({name for name in adapters if list(adapters).count(name) > 1})
+    if twice:
+        raise PolyhalError(f"run_suites: adapter(s) {', '.join(twice)} given twice")
+    if min(jobs, len(adapters)) == 1:
+        yield from _run_here(adapters, on_progress, options)
+        return
     context = multiprocessing.get_context("spawn")
     waiting = list(adapters)
     running: dict[Connection, tuple[str, BaseProcess]] = {}
@@ -79,6 +86,24 @@ def run_suites(adapters: Sequence[str], jobs: int,
         for reader, (_, process) in running.items():
             process.join()
             reader.close()
+
+
+def _run_here(adapters: Sequence[str], on_progress: ProgressCallback | None,
+              options: dict[str, Any]) -> Iterator[tuple[str, Report]]:
+    for name in adapters:
+        not_passed = [0]
+
+        def on_result(result: Any, index: int, count: int, name: str = name,
+                      not_passed: list[int] = not_passed) -> None:
+            not_passed[0] += result.outcome in BAD_OUTCOMES
+            if on_progress is not None:
+                on_progress(name, index + 1, count, not_passed[0])
+
+        def on_cases(count: int, name: str = name) -> None:
+            if on_progress is not None:
+                on_progress(name, 0, count, 0)
+
+        yield name, run_suite(name, on_result=on_result, on_cases=on_cases, **options)
 
 
 def _receive(reader: Connection, running: dict[Connection, tuple[str, BaseProcess]],

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
@@ -15,7 +14,6 @@ from polyhal.cli.paths import writable_folder
 from polyhal.errors import PolyhalError
 
 if TYPE_CHECKING:
-    from polyhal.conformance.parallel import ProgressCallback
     from polyhal.conformance.runner import Report
 
 
@@ -23,6 +21,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     """Grade the adapters (or ``--compare`` two sides); 1 when any adapter fails."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+    from polyhal.conformance.parallel import run_suites
     from polyhal.conformance.profiles import parse_levels
     from polyhal.conformance.report import write_report
     from polyhal.hal import get_adapter
@@ -50,7 +49,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
             console.print(f"level {level} left out: {why}", markup=False)
     options = {"levels": args.level, "profile": args.profile, "precision": args.precision,
                "isolate": not args.no_isolate, "timeout": args.timeout}
-    jobs = min(args.jobs or host_cores(), len(names))
+    jobs = args.jobs or host_cores()
     all_ok = True
     with Progress(TextColumn("[bold]{task.description}[/]"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[failures]} not passed"), console=console,
@@ -60,7 +59,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
         def on_progress(name: str, done: int, total: int | None, failures: int) -> None:
             progress.update(tasks[name], completed=done, total=total, failures=failures)
 
-        for name, report in _reports(names, jobs, on_progress, options):
+        for name, report in run_suites(names, jobs, on_progress, **options):
             _print_report(progress.console, name, report)
             if args.report is not None:
                 paths = write_report(report, folders[name])
@@ -68,31 +67,6 @@ def cmd_conformance(args: argparse.Namespace) -> int:
                                        markup=False)
             all_ok &= report.ok
     return 0 if all_ok else 1
-
-
-def _reports(names: list[str], jobs: int, on_progress: ProgressCallback,
-             options: dict[str, Any]) -> Iterator[tuple[str, Report]]:
-    """Each adapter's report, in order: graded here one after another (``jobs`` 1), or
-    by :func:`~polyhal.conformance.parallel.run_suites`, ``jobs`` at a time."""
-    if jobs > 1:
-        from polyhal.conformance.parallel import run_suites
-
-        yield from run_suites(names, jobs, on_progress, **options)
-        return
-    from polyhal.conformance import run_suite
-    from polyhal.conformance.runner import BAD_OUTCOMES
-
-    for name in names:
-        failures = [0]
-
-        def on_result(result: Any, index: int, total: int, name: str = name,
-                      failures: list[int] = failures) -> None:
-            failures[0] += result.outcome in BAD_OUTCOMES
-            on_progress(name, index + 1, total, failures[0])
-
-        yield name, run_suite(name, on_result=on_result,
-                              on_cases=lambda total, name=name: on_progress(name, 0, total, 0),
-                              **options)
 
 
 def _print_report(console: Console, name: str, report: Report) -> None:
@@ -152,12 +126,14 @@ def _report_folder(folder: Path, adapter: str) -> Path:
 
 def _compare(args: argparse.Namespace) -> int:
     from polyhal.conformance.compare import compare, resolve_sides
+    from polyhal.hal.host import host_cores
 
     if args.adapters or args.report is not None:
         raise PolyhalError("conformance --compare A B takes its two sides only (adapter names "
                            "or report.json paths), not NAME arguments or --report")
     options = {"precision": args.precision, "isolate": not args.no_isolate,
                "timeout": args.timeout}
-    a, b = resolve_sides(args.compare, args.level, args.profile, **options)
+    a, b = resolve_sides(args.compare, args.level, args.profile,
+                         jobs=args.jobs or host_cores(), **options)
     print(compare(a, b).render())
     return 0

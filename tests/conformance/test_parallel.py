@@ -143,3 +143,33 @@ def test_ctrl_c_stops_every_run_and_says_so(tmp_path):
     while any(map(_alive, started)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(map(_alive, started))
+
+
+def test_with_one_job_every_adapter_is_graded_here():
+    seen = []
+
+    def on_progress(name, done, total, failures):
+        assert _graders() == []
+        seen.append((name, done, total))
+
+    got = [name for name, _ in run_suites(["template", "reference"], jobs=1,
+                                          on_progress=on_progress, **FAST)]
+    assert got == ["template", "reference"]
+    assert seen[0] == ("template", 0, seen[0][2]) and seen[-1][0] == "reference"
+    assert seen[-1][1] == seen[-1][2]
+
+
+def test_an_adapter_named_twice_is_refused():
+    with pytest.raises(PolyhalError, match=r"adapter\(s\) template given twice"):
+        next(run_suites(["template", "reference", "template"], jobs=2))
+
+
+def test_compare_runs_an_adapter_named_on_both_sides_once(monkeypatch):
+    from polyhal.conformance import parallel
+    from polyhal.conformance.compare import resolve_sides
+
+    calls = []
+    monkeypatch.setattr(parallel, "run_suite",
+                        lambda name, **kw: calls.append(name) or run_suite(name, **kw))
+    a, b = resolve_sides(["template", "template"], ["L0"], "ci", jobs=2)
+    assert calls == ["template"] and a == b
