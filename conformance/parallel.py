@@ -55,7 +55,14 @@ def run_suites(adapters: Sequence[str], jobs: int,
         raise PolyhalError(f"run_suites: adapter(s) {', '.join(twice)} given twice")
     if min(jobs, len(adapters)) == 1:
         yield from _run_here(adapters, on_progress, options)
-        return
+    else:
+        yield from _run_side_by_side(adapters, jobs, on_progress, options)
+
+
+def _run_side_by_side(adapters: Sequence[str], jobs: int,
+                      on_progress: ProgressCallback | None, options: dict[str, Any]
+                      ) -> Iterator[tuple[str, Report]]:
+    """:func:`run_suites` with a process per adapter, ``jobs`` at a time."""
     context = multiprocessing.get_context("spawn")
     waiting = list(adapters)
     running: dict[Connection, tuple[str, BaseProcess]] = {}
@@ -90,6 +97,7 @@ def run_suites(adapters: Sequence[str], jobs: int,
 
 def _run_here(adapters: Sequence[str], on_progress: ProgressCallback | None,
               options: dict[str, Any]) -> Iterator[tuple[str, Report]]:
+    """:func:`run_suites` in this process, one adapter after another."""
     for name in adapters:
         not_passed = [0]
 
