@@ -19,7 +19,14 @@ from typing import Any
 
 from polyhal.conformance.runner import BAD_OUTCOMES, Report, run_suite
 from polyhal.errors import ConformanceError, PolyhalError
-from polyhal.hal.isolation import describe_exit, encode_error, rebuild_error
+from polyhal.hal.isolation import (
+    describe_exit,
+    encode_error,
+    load_adapter_class,
+    rebuild_error,
+)
+from polyhal.hal.registry import adapters as registered_adapters
+from polyhal.hal.registry import get_adapter
 
 ProgressCallback = Callable[[str, int, "int | None", int], None]
 """``(adapter, cases done, cases in all (None until counted), cases not passed)``."""
@@ -63,6 +70,10 @@ def _run_side_by_side(adapters: Sequence[str], jobs: int,
                       on_progress: ProgressCallback | None, options: dict[str, Any]
                       ) -> Iterator[tuple[str, Report]]:
     """:func:`run_suites` with a process per adapter, ``jobs`` at a time."""
+    # An adapter registered at run time (not through an entry point) is registered
+    # again in its grading process, from its class's import path.
+    paths = {name: f"{type(a).__module__}:{type(a).__qualname__}"
+             for name, a in ((name, get_adapter(name)) for name in adapters)}
     context = multiprocessing.get_context("spawn")
     waiting = list(adapters)
     running: dict[Connection, tuple[str, BaseProcess]] = {}
@@ -73,8 +84,9 @@ def _run_side_by_side(adapters: Sequence[str], jobs: int,
                 while waiting and len(running) < jobs:
                     starting = waiting.pop(0)
                     reader, writer = context.Pipe(duplex=False)
-                    process = context.Process(target=_grade, args=(starting, options, writer),
-                                              name=f"polyhal-conformance-{starting}")
+                    process = context.Process(
+                        target=_grade, args=(starting, paths[starting], options, writer),
+                        name=f"polyhal-conformance-{starting}")
                     process.start()
                     writer.close()  # the process holds the other copy: EOF when it ends
                     running[reader] = (starting, process)
@@ -135,8 +147,10 @@ def _receive(reader: Connection, running: dict[Connection, tuple[str, BaseProces
         finished[name] = (kind, value[0])
 
 
-def _grade(name: str, options: dict[str, Any], messages: Connection) -> None:
-    """A grading process: runs one adapter's suite and sends its progress and then
+def _grade(name: str, adapter_path: str, options: dict[str, Any], messages: Connection
+           ) -> None:
+    """A grading process: runs the suite of adapter ``name`` (class at
+    ``adapter_path``, registered here if it is not) and sends its progress and then
     its report (or its error) to ``messages``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     not_passed = 0
@@ -151,6 +165,8 @@ def _grade(name: str, options: dict[str, Any], messages: Connection) -> None:
             messages.send(("progress", index + 1, count, not_passed))
 
     try:
+        if name not in registered_adapters():
+            load_adapter_class(adapter_path, f"conformance of {name}")
         report = run_suite(name, on_result=on_result,
                            on_cases=lambda count: messages.send(("progress", 0, count, 0)),
                            **options)

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from polyhal.adapters.template import TemplateAdapter
 from polyhal.conformance.parallel import run_suites
 from polyhal.conformance.runner import run_suite
 from polyhal.errors import ConformanceError, PolyhalError
+from polyhal.hal import register, unregister
 
 FAST = {"levels": ["L0"], "profile": "ci"}
 
@@ -173,3 +175,19 @@ def test_compare_runs_an_adapter_named_on_both_sides_once(monkeypatch):
                         lambda name, **kw: calls.append(name) or run_suite(name, **kw))
     a, b = resolve_sides(["template", "template"], ["L0"], "ci", jobs=2)
     assert calls == ["template"] and a == b
+
+
+class RegisteredHere(TemplateAdapter):
+    """An adapter registered at run time, not through an entry point."""
+
+    name = "registered-here"
+
+
+def test_an_adapter_registered_at_run_time_is_graded_in_its_process():
+    register(RegisteredHere)
+    try:
+        got = dict(run_suites(["registered-here", "template"], jobs=2, **FAST))
+    finally:
+        unregister("registered-here")
+    assert got["registered-here"].ok
+    assert got["registered-here"].summary == got["template"].summary
