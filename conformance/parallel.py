@@ -96,8 +96,8 @@ def _run_side_by_side(adapters: Sequence[str], jobs: int,
             if kind == "error":
                 raise rebuild_error(value, f"conformance of {name}")
             if kind == "died":
-                raise ConformanceError(f"conformance of {name}: the process grading it "
-                                       f"ended without a report ({value})")
+                raise ConformanceError(f"conformance of {name}: {value} before it sent "
+                                       "a report")
             yield name, value
     finally:
         for _, process in running.values():
@@ -138,7 +138,8 @@ def _receive(reader: Connection, running: dict[Connection, tuple[str, BaseProces
         del running[reader]
         reader.close()
         process.join()
-        finished.setdefault(name, ("died", describe_exit(process.exitcode)))
+        finished.setdefault(name, ("died", describe_exit(process.exitcode,
+                                                          "grading process")))
         return
     if kind == "progress":
         if on_progress is not None:

@@ -265,17 +265,17 @@ _live_channels: set[Channel] = set()
 _live_lock = threading.Lock()
 
 
-def describe_exit(code: int | None) -> str:
-    """How a worker process ended, from its exit code (negative: a signal)."""
+def describe_exit(code: int | None, process: str = "worker") -> str:
+    """How ``process`` ended, from its exit code (negative: a signal)."""
     if code is None:
-        return "the worker is still running"
+        return f"the {process} is still running"
     if code < 0:
         try:
             name = signal.Signals(-code).name
         except ValueError:
             name = "unknown signal"
-        return f"worker killed by signal {-code} ({name})"
-    return f"worker exited with exit code {code}"
+        return f"{process} killed by signal {-code} ({name})"
+    return f"{process} exited with exit code {code}"
 
 
 def _main_guard_hint() -> str:
