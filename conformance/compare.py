@@ -119,6 +119,7 @@ def resolve_sides(sources: Sequence[str], levels: Sequence[str] | None, profile:
     when ``jobs`` allows (:func:`~polyhal.conformance.parallel.run_suites`), once
     when named twice. Every report is read and every adapter name checked before
     the first run."""
+    from polyhal.conformance.parallel import run_suites
     from polyhal.conformance.profiles import parse_levels
 
     loaded = {}
@@ -130,8 +131,6 @@ def resolve_sides(sources: Sequence[str], levels: Sequence[str] | None, profile:
             _check_adapter(source)
     if levels and len(loaded) < len(sources):
         parse_levels(levels)
-    from polyhal.conformance.parallel import run_suites
-
     names = list(dict.fromkeys(s for s in sources if s not in loaded))
     for name, report in run_suites(names, jobs, levels=levels, profile=profile,
                                    **run_options):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import multiprocessing
 import signal
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
@@ -57,7 +58,7 @@ def run_suites(adapters: Sequence[str], jobs: int,
     """
     if jobs < 1:
         raise PolyhalError(f"run_suites: jobs={jobs!r} must be at least 1")
-    twice = sorted({name for name in adapters if list(adapters).count(name) > 1})
+    twice = sorted(name for name, count in Counter(adapters).items() if count > 1)
     if twice:
         raise PolyhalError(f"run_suites: adapter(s) {', '.join(twice)} given twice")
     if min(jobs, len(adapters)) == 1:
@@ -111,19 +112,32 @@ def _run_here(adapters: Sequence[str], on_progress: ProgressCallback | None,
               options: dict[str, Any]) -> Iterator[tuple[str, Report]]:
     """:func:`run_suites` in this process, one adapter after another."""
     for name in adapters:
-        not_passed = [0]
-
-        def on_result(result: Any, index: int, count: int, name: str = name,
-                      not_passed: list[int] = not_passed) -> None:
-            not_passed[0] += result.outcome in BAD_OUTCOMES
+        def report(*progress: Any, name: str = name) -> None:
             if on_progress is not None:
-                on_progress(name, index + 1, count, not_passed[0])
+                on_progress(name, *progress)
 
-        def on_cases(count: int, name: str = name) -> None:
-            if on_progress is not None:
-                on_progress(name, 0, count, 0)
+        yield name, _run_suite_reporting(name, options, report)
 
-        yield name, run_suite(name, on_result=on_result, on_cases=on_cases, **options)
+
+def _run_suite_reporting(name: str, options: dict[str, Any],
+                         report: Callable[[int, int, int], None], interval: float = 0.0
+                         ) -> Report:
+    """``run_suite(name, **options)``, calling ``report(cases done, cases in all,
+    cases not passed)`` once the cases are counted and after a case, at most every
+    ``interval`` seconds (the last case always)."""
+    not_passed = 0
+    last = 0.0
+
+    def on_result(result: Any, index: int, count: int) -> None:
+        nonlocal not_passed, last
+        not_passed += result.outcome in BAD_OUTCOMES
+        now = time.monotonic()
+        if index + 1 == count or now - last >= interval:
+            last = now
+            report(index + 1, count, not_passed)
+
+    return run_suite(name, on_result=on_result, on_cases=lambda count: report(0, count, 0),
+                     **options)
 
 
 def _receive(reader: Connection, running: dict[Connection, tuple[str, BaseProcess]],
@@ -154,23 +168,12 @@ def _grade(name: str, adapter_path: str, options: dict[str, Any], messages: Conn
     ``adapter_path``, registered here if it is not) and sends its progress and then
     its report (or its error) to ``messages``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    not_passed = 0
-    last = 0.0
-
-    def on_result(result: Any, index: int, count: int) -> None:
-        nonlocal not_passed, last
-        not_passed += result.outcome in BAD_OUTCOMES
-        now = time.monotonic()
-        if index + 1 == count or now - last >= PROGRESS_INTERVAL:
-            last = now
-            messages.send(("progress", index + 1, count, not_passed))
-
     try:
         if name not in registered_adapters():
             load_adapter_class(adapter_path, f"conformance of {name}")
-        report = run_suite(name, on_result=on_result,
-                           on_cases=lambda count: messages.send(("progress", 0, count, 0)),
-                           **options)
+        report = _run_suite_reporting(
+            name, options, lambda *progress: messages.send(("progress", *progress)),
+            PROGRESS_INTERVAL)
     except Exception as exc:
         messages.send(("error", encode_error(exc)))
     else:

@@ -71,6 +71,8 @@ def cmd_conformance(args: argparse.Namespace) -> int:
 
 def _print_report(console: Console, name: str, report: Report) -> None:
     """The verdict, the counts per level and every case that did not pass."""
+    from polyhal.conformance.runner import BAD_OUTCOMES
+
     summary = ", ".join(f"{v} {k}" for k, v in report.summary.items())
     verdict = "PASS" if report.ok else "FAIL"
     console.print(f"{name}: {verdict} ({summary}) in {report.duration_s:.1f} s; coverage "
@@ -89,7 +91,7 @@ def _print_report(console: Console, name: str, report: Report) -> None:
                           + (f"; {skipped} not applicable (see the report)" if skipped
                              else ""), markup=False)
     for case in report.cases:
-        if case.outcome not in ("passed", "xfail", "not_applicable"):
+        if case.outcome in BAD_OUTCOMES:
             console.print(f"  {case.outcome:8} {case.id}: {case.message[:200]}", markup=False)
 
 
