@@ -7,16 +7,21 @@ from collections.abc import Sequence
 import numpy as np
 
 from polyhal.conformance.tolerances import Comparison, Tolerance, compare
+from polyhal.hal.checked import CheckedExecutable
 from polyhal.hal.contract import CompileOptions, Device
 from polyhal.ir.graph import Graph
 
 
 def run_on_device(device: Device, graph: Graph, inputs: Sequence[np.ndarray],
                   options: CompileOptions | None = None) -> list[np.ndarray]:
-    """Compile ``graph`` on ``device``, run it once on ``inputs``, download the outputs."""
+    """Compile ``graph`` on ``device``, run it once on ``inputs``, download the outputs
+    (a checked device's executable does the last three in one call, which an isolated
+    device's worker answers in one reply)."""
     executable = device.compile(graph, options or CompileOptions())
-    buffers = [device.upload(np.asarray(a)) for a in inputs]
-    return [device.download(b) for b in executable.run(buffers)]
+    arrays = [np.asarray(a) for a in inputs]
+    if isinstance(executable, CheckedExecutable):
+        return executable.run_arrays(arrays)
+    return [device.download(b) for b in executable.run([device.upload(a) for a in arrays])]
 
 
 def grade(actual: Sequence[np.ndarray], expected: Sequence[np.ndarray],

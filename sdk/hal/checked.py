@@ -129,6 +129,22 @@ class CheckedExecutable(Executable):
             _remember(self._outputs_checked, self.MAX_SIGNATURES, key, types)
         return list(outputs)
 
+    def run_arrays(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Upload ``arrays`` (one per graph input), run, and download every output, with
+        the checks of :meth:`CheckedDevice.upload`, :meth:`run` and
+        :meth:`CheckedDevice.download`. An isolated device's worker makes these calls
+        and checks, and answers them all in one reply: one round trip instead of one
+        per call (:meth:`polyhal.hal.isolation.IsolatedExecutable.run_arrays`)."""
+        from polyhal.hal.isolation import IsolatedExecutable
+
+        if isinstance(self.inner, IsolatedExecutable):
+            if not isinstance(arrays, list | tuple) or len(arrays) != len(self.graph.inputs):
+                raise InputBindingError(self._miscounted(arrays))
+            return self.inner.run_arrays(list(arrays))
+        device = self.device
+        buffers = [device.upload(array) for array in arrays]
+        return [device.download(buffer) for buffer in self.run(buffers)]
+
     def _miscounted(self, inputs: object) -> str:
         """Why ``inputs`` is not one buffer per graph input."""
         names = ", ".join(v.name for v in self.graph.inputs) or "none"

@@ -11,7 +11,8 @@ one mechanism.
 Layers, from the caller down:
 
 - :class:`IsolatedDevice` / :class:`IsolatedExecutable` — the HAL side. Each
-  call is one request and one reply under the device's lock. Buffers are
+  call is one request and one reply under the device's lock
+  (:meth:`IsolatedExecutable.run_arrays` makes three calls in one). Buffers are
   ``Buffer(device=<the proxy>, type=<concrete type>, handle=(generation, id))``;
   when one is garbage-collected its id is queued (a ``weakref.finalize`` only
   appends to a deque: no IPC in a finalizer) and the queue rides along with
@@ -91,7 +92,7 @@ from polyhal.errors import (
     PolyhalError,
 )
 from polyhal.hal.capabilities import Capabilities
-from polyhal.hal.checked import open_checked
+from polyhal.hal.checked import CheckedDevice, CheckedExecutable, open_checked
 from polyhal.hal.contract import Buffer, CompileOptions, Device, Executable, Profile
 from polyhal.ir.graph import Graph
 from polyhal.ir.types import TensorType
@@ -445,8 +446,11 @@ class WorkerServer:
 
     def __init__(self) -> None:
         self.device: Device | None = None
+        self.checked: CheckedDevice | None = None
+        """The device wrapped in the contract's checks (see :meth:`op_execute`)."""
         self.buffers: dict[int, Buffer] = {}
-        self.executables: dict[int, Executable] = {}
+        self.executables: dict[int, CheckedExecutable] = {}
+        """The device's executables, each wrapped in the contract's checks."""
         self.closed = False
         self._ids = itertools.count(1)
 
@@ -492,7 +496,7 @@ class WorkerServer:
         except KeyError:
             raise DeviceError(f"the worker has no buffer {key} (already freed?)") from None
 
-    def _executable(self, key: int) -> Executable:
+    def _executable(self, key: int) -> CheckedExecutable:
         try:
             return self.executables[key]
         except KeyError:
@@ -503,6 +507,7 @@ class WorkerServer:
     def op_open(self, adapter_path: str, name: str, index: int, options: dict) -> int:
         cls = load_adapter_class(adapter_path, f"{name}:{index}: the worker")
         self.device = open_checked(cls(), index, options)
+        self.checked = CheckedDevice(self.device, f"{name}:{index}")
         return os.getpid()
 
     def op_capabilities(self) -> Capabilities:
@@ -520,20 +525,26 @@ class WorkerServer:
             raise AdapterContractError(f"Device.compile returned {type(executable).__name__}, "
                                        "not an Executable")
         key = next(self._ids)
-        self.executables[key] = executable
+        assert self.checked is not None  # self._device() found the device
+        self.executables[key] = CheckedExecutable(self.checked, executable, graph)
         return key
 
     def op_run(self, key: int, inputs: list[int]
                ) -> list[tuple[int, TensorType, int | None]]:
-        executable = self._executable(key)
+        executable = self._executable(key).inner  # the caller's side checks the run
         outputs = executable.run([self._buffer(i) for i in inputs])
         if not isinstance(outputs, list | tuple):
             raise AdapterContractError(f"Executable.run returned {type(outputs).__name__}, "
                                        "not a list of buffers")
         return [self._add_buffer(b, "Executable.run") for b in outputs]
 
+    def op_execute(self, key: int, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        """Upload, run and download here, each call checked as the caller's side checks
+        it (:meth:`CheckedExecutable.run_arrays`): no buffer outlives the request."""
+        return self._executable(key).run_arrays(arrays)
+
     def op_profile(self, key: int) -> Profile | None:
-        return self._executable(key).profile()
+        return self._executable(key).inner.profile()
 
     def op_free(self) -> None:
         """Nothing but the frees that ride along with every request."""
@@ -550,6 +561,7 @@ class WorkerServer:
         self.closed = True
         self.buffers.clear()
         self.executables.clear()
+        self.checked = None
         device, self.device = self.device, None
         if device is not None:
             device.close()
@@ -654,15 +666,30 @@ class IsolatedExecutable(Executable):
         device = self.device
         with device._lock:
             keys = [device._buffer_key(b, "Executable.run") for b in inputs]
-            generation = device._generation if keys else None
-            if self._state[0] != device._live_generation():
-                key = device._request("Executable.run (recompiling after a restart)", "compile",
-                                      self.graph, self.options,
-                                      timeout=device._slow_timeout, generation=generation)
-                self._state[:] = [device._generation, key]
+            self._compile_if_restarted(device._generation if keys else None)
             outputs = device._request("Executable.run", "run", self._state[1], keys,
                                       generation=self._state[0])
             return [device._new_buffer(*output) for output in outputs]
+
+    def run_arrays(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        """Upload ``arrays``, run, download the outputs: one request, which the worker
+        answers after making those calls, checked (``WorkerServer.op_execute``). No
+        buffer is left behind, so it runs in a restarted worker too."""
+        device = self.device
+        with device._lock:
+            self._compile_if_restarted(None)
+            return device._request("Executable.run", "execute", self._state[1], arrays,
+                                   generation=self._state[0])
+
+    def _compile_if_restarted(self, generation: int | None) -> None:
+        """Compile again when the worker that compiled this is gone; ``generation``: the
+        inputs' buffers', which must still be the live worker's."""
+        device = self.device
+        if self._state[0] != device._live_generation():
+            key = device._request("Executable.run (recompiling after a restart)", "compile",
+                                  self.graph, self.options,
+                                  timeout=device._slow_timeout, generation=generation)
+            self._state[:] = [device._generation, key]
 
     def profile(self) -> Profile | None:
         device = self.device

@@ -167,8 +167,8 @@ class Graph:
         object.__setattr__(self, "_value_types", verify_graph(self))
 
     def __reduce__(self) -> tuple:
-        return (Graph, (self.name, self.inputs, self.outputs, self.nodes, dict(self.constants),
-                        self.doc))
+        return (_unpickled_graph, (self.name, self.inputs, self.outputs, self.nodes,
+                                   dict(self.constants), self.doc, dict(self._value_types)))
 
     def value_type(self, name: str) -> TensorType:
         """The type of the value called ``name``."""
@@ -204,3 +204,21 @@ class Graph:
     def __repr__(self) -> str:
         return (f"Graph({self.name!r}, {len(self.inputs)} inputs, {len(self.outputs)} outputs, "
                 f"{len(self.nodes)} nodes, {len(self.constants)} constants)")
+
+
+def _unpickled_graph(name: str, inputs: tuple[Value, ...], outputs: tuple[Value, ...],
+                     nodes: tuple[Node, ...], constants: dict[str, np.ndarray], doc: str,
+                     value_types: dict[str, TensorType]) -> Graph:
+    """A graph from its pickle, not verified again: it was verified when it was made,
+    and pickles only carry graphs between polyhal's own processes (an isolated
+    device's worker, a grading process), where unpickling is trusted anyway (a pickle
+    can run any code). Verifying again took longer than the rest of a small case's
+    compile in a worker."""
+    graph = object.__new__(Graph)
+    for array in constants.values():
+        array.flags.writeable = False  # fresh from the pickle: no one else holds it
+    for label, value in (("name", name), ("inputs", inputs), ("outputs", outputs),
+                         ("nodes", nodes), ("constants", types.MappingProxyType(constants)),
+                         ("doc", doc), ("_value_types", value_types)):
+        object.__setattr__(graph, label, value)
+    return graph

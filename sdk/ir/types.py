@@ -34,7 +34,8 @@ class TensorType:
         if not isinstance(self.shape, tuple | list):
             raise IRError(f"tensor type: shape must be a sequence of dims, got {self.shape!r}")
         shape = tuple(
-            D.canonical(d, f"dimension {i} of {self.dtype.value}{list(self.shape)}")
+            d if type(d) is int and d >= 0  # already canonical: no message to format
+            else D.canonical(d, f"dimension {i} of {self.dtype.value}{list(self.shape)}")
             for i, d in enumerate(self.shape)
         )
         object.__setattr__(self, "shape", shape)

@@ -20,6 +20,7 @@ from polyhal.errors import (
     DeviceError,
     DeviceTimeoutError,
     ExecutionError,
+    InputBindingError,
     PolyhalError,
     UnsupportedError,
 )
@@ -155,6 +156,78 @@ def test_crash_becomes_device_error_and_worker_restarts():
         assert executable.profile().counters["runs"] == 1  # counted in the new worker
     finally:
         device.close()
+
+
+def _requests(monkeypatch, device: hal.Device) -> list[str]:
+    """The ops of every request ``device``'s proxy sends from now on."""
+    proxy = inner(device)
+    sent: list[str] = []
+    exchange = proxy._exchange
+
+    def counted(channel, call, op, args, timeout):
+        sent.append(op)
+        return exchange(channel, call, op, args, timeout)
+
+    monkeypatch.setattr(proxy, "_exchange", counted)
+    return sent
+
+
+def test_run_arrays_is_one_request_checked_as_each_call_is(template, monkeypatch):
+    graph = mlp_graph()
+    arrays = mlp_inputs()
+    executable = template.compile(graph, OPTIONS)
+    before = inner(template).worker_stats()["buffers"]
+    sent = _requests(monkeypatch, template)
+    got = executable.run_arrays(arrays)
+    assert sent == ["execute"]
+    np.testing.assert_array_equal(got[0], run_on(template, executable, arrays)[0])
+    np.testing.assert_allclose(got[0], expected(arrays), rtol=1e-6)
+    assert inner(template).worker_stats()["buffers"] == before  # none left behind
+
+    # The worker's checks give the errors and messages of the calls made one by one.
+    wrong_dtype = [arrays[0].astype(np.float64), *arrays[1:]]
+    not_an_array = [arrays[0].tolist(), *arrays[1:]]
+    for bad in (wrong_dtype, not_an_array):
+        with pytest.raises(PolyhalError) as one_by_one:
+            run_on(template, executable, bad)
+        with pytest.raises(type(one_by_one.value)) as at_once:
+            executable.run_arrays(bad)
+        assert str(at_once.value) == str(one_by_one.value)
+    # A miscount is the caller's, told before any request.
+    del sent[:]
+    with pytest.raises(InputBindingError, match="2 buffers given, graph 'mlp' takes 3"):
+        executable.run_arrays(arrays[:2])
+    assert sent == []
+
+
+def test_run_arrays_carries_device_errors_and_runs_on_after_a_crash():
+    device = hal.open_device("test-faulty", isolate=True, timeout=20)
+    try:
+        executable = device.compile(mlp_graph(), OPTIONS)
+        with pytest.raises(ExecutionError, match=r"^faulty kernel failed on -2$"):
+            executable.run_arrays(mlp_inputs(EXECUTION_ERROR))
+        with pytest.raises(DeviceError, match="ValueError: the faulty device refuses -1"):
+            executable.run_arrays(mlp_inputs(RAISE))
+        with pytest.raises(DeviceCrashError, match=r"exit code 3"):
+            executable.run_arrays(mlp_inputs(CRASH))
+        # No buffer to go stale: the executable compiles again in the new worker.
+        arrays = mlp_inputs()
+        np.testing.assert_allclose(executable.run_arrays(arrays)[0], expected(arrays),
+                                   rtol=1e-6)
+        assert inner(device).worker_stats()["generation"] == 2
+    finally:
+        device.close()
+
+
+def test_run_arrays_in_process_makes_the_checked_calls():
+    device = hal.open_device("template")
+    arrays = mlp_inputs()
+    executable = device.compile(mlp_graph(), OPTIONS)
+    np.testing.assert_array_equal(executable.run_arrays(arrays)[0],
+                                  run_on(device, executable, arrays)[0])
+    with pytest.raises(InputBindingError, match=r"template:0 Device.upload: expected a "
+                                                    r"numpy array, got list"):
+        executable.run_arrays([arrays[0].tolist(), *arrays[1:]])
 
 
 def test_hang_times_out_and_worker_restarts():

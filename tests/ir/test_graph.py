@@ -1,6 +1,7 @@
 """Graphs: the builder, verification on construction, the printer and the executor."""
 
 import dataclasses
+import pickle
 
 import numpy as np
 import pytest
@@ -77,6 +78,30 @@ def test_replace_reverifies():
     graph = mlp()
     with pytest.raises(VerificationError, match="declared"):
         dataclasses.replace(graph, outputs=(Value("y", f32["batch", 3]),))
+
+
+def test_a_pickled_graph_comes_back_whole_without_being_verified_again(monkeypatch):
+    """Pickles carry graphs between polyhal's own processes, made of verified graphs:
+    verifying again cost more than a small case's compile in a worker."""
+    graph = mlp()
+    data = pickle.dumps(graph)
+    import polyhal.ir.verify
+
+    def refuse(graph):
+        raise AssertionError("verified again")
+
+    monkeypatch.setattr(polyhal.ir.verify, "verify_graph", refuse)
+    copy = pickle.loads(data)
+    assert str(copy) == str(graph)
+    assert dict(copy.value_types) == dict(graph.value_types)
+    assert copy.value_type("y") == f32["batch", 2]
+    np.testing.assert_array_equal(copy.constants["w"], graph.constants["w"])
+    with pytest.raises(ValueError):
+        copy.constants["w"][0, 0] = 1.0  # read-only, as every graph's constants
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        copy.name = "other"  # type: ignore[misc]
+    x = np.ones((3, 4), np.float32)
+    np.testing.assert_array_equal(run(copy, x)["y"], run(graph, x)["y"])
 
 
 def test_executor_binds_symbols_and_runs():
