@@ -86,6 +86,9 @@ class CheckedExecutable(Executable):
         self.inner = inner
         self.graph = graph
         self._where = f"{device.address} Executable.run"
+        from polyhal.hal.isolation import IsolatedExecutable  # it imports this module
+
+        self._isolated = isinstance(inner, IsolatedExecutable)
         # Signatures that passed the checks, keyed by the ids of their types. Each
         # entry holds the types themselves, so no id is reused while it is kept: a
         # key found is the same type objects. ``TensorType.of`` returns one object
@@ -135,12 +138,10 @@ class CheckedExecutable(Executable):
         :meth:`CheckedDevice.download`. An isolated device's worker makes these calls
         and checks, and answers them all in one reply: one round trip instead of one
         per call (:meth:`polyhal.hal.isolation.IsolatedExecutable.run_arrays`)."""
-        from polyhal.hal.isolation import IsolatedExecutable
-
-        if isinstance(self.inner, IsolatedExecutable):
+        if self._isolated:
             if not isinstance(arrays, list | tuple) or len(arrays) != len(self.graph.inputs):
                 raise InputBindingError(self._miscounted(arrays))
-            return self.inner.run_arrays(list(arrays))
+            return self.inner.run_arrays(list(arrays))  # type: ignore[attr-defined]
         device = self.device
         buffers = [device.upload(array) for array in arrays]
         return [device.download(buffer) for buffer in self.run(buffers)]

@@ -13,6 +13,7 @@ import numpy as np
 
 from polyhal.errors import PolyhalError, UnsupportedError
 from polyhal.hal.capabilities import PRECISIONS, Capabilities
+from polyhal.hal.checked import CheckedDevice
 from polyhal.hal.contract import Buffer, CompileOptions, Device, Executable, Profile
 from polyhal.hal.registry import open_device
 from polyhal.ir.graph import Graph
@@ -86,17 +87,22 @@ class CompiledGraph:
                         [v.name for v in part.graph.outputs])
                        for part in self.placement.partitions]
         self._output_names = [v.name for v in graph.outputs]
+        # Checked devices' executables have run_arrays (every device polyhal opens).
+        self._one_partition = len(self._steps) == 1 and isinstance(self._steps[0][1],
+                                                                   CheckedDevice)
         self._cache: dict[int | tuple[int, tuple[TensorType, ...]], Executable] = {}
         self._last: list[tuple[str, Executable]] = []
         self._lock = threading.Lock()
 
-    def _executable(self, index: int, part: Partition, buffers: list[Buffer]) -> Executable:
-        """Partition ``index``'s executable: one for every input shape on a device with
-        ``dynamic_shapes`` (its executable specializes as it needs, and keeps what it
-        builds across shapes), else one per concrete input types."""
+    def _executable(self, index: int, part: Partition, types: tuple[TensorType, ...]
+                    ) -> Executable:
+        """Partition ``index``'s executable for inputs of ``types``: one for every input
+        shape on a device with ``dynamic_shapes`` (its executable specializes as it
+        needs, and keeps what it builds across shapes), else one per concrete input
+        types."""
         key: int | tuple[int, tuple[TensorType, ...]] = index
         if not self._dynamic[index]:
-            key = (index, tuple(b.type for b in buffers))
+            key = (index, types)
         executable = self._cache.get(key)
         if executable is not None:
             return executable
@@ -106,8 +112,8 @@ class CompiledGraph:
                 graph = part.graph
                 if not self._dynamic[index]:
                     bindings: dict[str, int] = {}
-                    for value, buffer in zip(graph.inputs, buffers, strict=True):
-                        for dim, size in zip(value.type.shape, buffer.type.shape, strict=True):
+                    for value, given in zip(graph.inputs, types, strict=True):
+                        for dim, size in zip(value.type.shape, given.shape, strict=True):
                             if isinstance(dim, str):
                                 bindings.setdefault(dim, size)  # type: ignore[arg-type]
                     graph = specialize(graph, bindings)
@@ -120,21 +126,40 @@ class CompiledGraph:
     def __call__(self, *args: Any, **kwargs: Any) -> Outputs:
         """Run on arrays given by position or by input name; results by name and position."""
         host, _ = bind_inputs(self.source, args, kwargs)
+        if self._one_partition and not tracing.active():
+            return self._call_one_partition(host)
         located: dict[str, tuple[str, Buffer]] = {}
         ran: list[tuple[str, Executable]] = []
         for index, (part, device, input_names, output_names) in enumerate(self._steps):
             buffers = [self._fetch(name, part.device, device, host, located)
                        for name in input_names]
-            executable = self._executable(index, part, buffers)
+            executable = self._executable(index, part, tuple(b.type for b in buffers))
             ran.append((part.device, executable))
             outputs = self._run(index, part, executable, buffers)
             for name, buffer in zip(output_names, outputs, strict=True):
                 located[name] = (part.device, buffer)
+        downloaded = {name: self._download(name, *located[name], tracing.HOST)
+                      for name in self._output_names if name in located}
+        return self._results(host, downloaded, ran)
+
+    def _call_one_partition(self, host: dict[str, np.ndarray]) -> Outputs:
+        """A call of a graph placed whole on one device: its executable's ``run_arrays``
+        uploads, runs and downloads (in one request to an isolated device's worker)."""
+        part, device, input_names, output_names = self._steps[0]
+        arrays = [host[name] for name in input_names]
+        executable = self._executable(0, part, tuple(map(TensorType.of, arrays)))
+        outputs = executable.run_arrays(arrays)  # type: ignore[attr-defined]
+        return self._results(host, dict(zip(output_names, outputs, strict=True)),
+                             [(part.device, executable)])
+
+    def _results(self, host: dict[str, np.ndarray], downloaded: dict[str, np.ndarray],
+                 ran: list[tuple[str, Executable]]) -> Outputs:
+        """The graph's outputs by name: those ``downloaded`` from the devices, and copies
+        of the inputs and constants that are outputs too."""
         results = Outputs()
         for name in self._output_names:
-            if name in located:
-                address, buffer = located[name]
-                results[name] = self._download(name, address, buffer, tracing.HOST)
+            if name in downloaded:
+                results[name] = downloaded[name]
             elif name in host:
                 results[name] = np.array(host[name], copy=True)
             else:
