@@ -35,3 +35,22 @@ def polyhal_wheel(tmp_path_factory):
     from tests.fresh_venv import build_wheel
 
     return build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture
+def worker_requests(monkeypatch):
+    """``watch(proxy)``: the list that the ops of every request the isolated device
+    ``proxy`` sends to its worker are appended to, from then on."""
+
+    def watch(proxy) -> list[str]:
+        sent: list[str] = []
+        exchange = proxy._exchange
+
+        def counted(channel, call, op, args, timeout):
+            sent.append(op)
+            return exchange(channel, call, op, args, timeout)
+
+        monkeypatch.setattr(proxy, "_exchange", counted)
+        return sent
+
+    return watch

@@ -145,7 +145,7 @@ class CompiledGraph:
     def _call_one_partition(self, host: dict[str, np.ndarray]) -> Outputs:
         """A call of a graph placed whole on one device: its executable's ``run_arrays``
         uploads, runs and downloads (in one request to an isolated device's worker)."""
-        part, device, input_names, output_names = self._steps[0]
+        part, _, input_names, output_names = self._steps[0]
         arrays = [host[name] for name in input_names]
         executable = self._executable(0, part, tuple(map(TensorType.of, arrays)))
         outputs = executable.run_arrays(arrays)  # type: ignore[attr-defined]

@@ -158,26 +158,12 @@ def test_crash_becomes_device_error_and_worker_restarts():
         device.close()
 
 
-def _requests(monkeypatch, device: hal.Device) -> list[str]:
-    """The ops of every request ``device``'s proxy sends from now on."""
-    proxy = inner(device)
-    sent: list[str] = []
-    exchange = proxy._exchange
-
-    def counted(channel, call, op, args, timeout):
-        sent.append(op)
-        return exchange(channel, call, op, args, timeout)
-
-    monkeypatch.setattr(proxy, "_exchange", counted)
-    return sent
-
-
-def test_run_arrays_is_one_request_checked_as_each_call_is(template, monkeypatch):
+def test_run_arrays_is_one_request_checked_as_each_call_is(template, worker_requests):
     graph = mlp_graph()
     arrays = mlp_inputs()
     executable = template.compile(graph, OPTIONS)
     before = inner(template).worker_stats()["buffers"]
-    sent = _requests(monkeypatch, template)
+    sent = worker_requests(inner(template))
     got = executable.run_arrays(arrays)
     assert sent == ["execute"]
     np.testing.assert_array_equal(got[0], run_on(template, executable, arrays)[0])

@@ -143,20 +143,12 @@ def test_isolated_devices_place_the_same_way():
     np.testing.assert_allclose(compiled(x)["y"], run(graph, x)["y"], rtol=1e-6)
 
 
-def test_a_graph_on_one_isolated_device_is_one_request_a_call(monkeypatch):
+def test_a_graph_on_one_isolated_device_is_one_request_a_call(worker_requests):
     graph = mixed_graph()
     compiled = polyhal.compile(graph, device="reference", isolate=True)
-    proxy = compiled.devices["reference:0"].inner
     x = np.ones((2, 5), np.float32)
     compiled(x)  # compiles
-    sent: list[str] = []
-    exchange = proxy._exchange
-
-    def counted(channel, call, op, args, timeout):
-        sent.append(op)
-        return exchange(channel, call, op, args, timeout)
-
-    monkeypatch.setattr(proxy, "_exchange", counted)
+    sent = worker_requests(compiled.devices["reference:0"].inner)
     outputs = compiled(x)
     assert sent == ["execute"]
     for name in ("y", "h"):
