@@ -90,12 +90,14 @@ from polyhal.errors import (
     DeviceTimeoutError,
     InputBindingError,
     PolyhalError,
+    VerificationError,
 )
 from polyhal.hal.capabilities import Capabilities
 from polyhal.hal.checked import CheckedDevice, CheckedExecutable, open_checked
 from polyhal.hal.contract import Buffer, CompileOptions, Device, Executable, Profile
 from polyhal.ir.graph import Graph
 from polyhal.ir.types import TensorType
+from polyhal.ops.registry import lookup
 
 __all__ = [
     "DEFAULT_TIMEOUT", "MIN_START_TIMEOUT", "SLOW_CALL_FACTOR", "TIMEOUT_ENV", "Channel",
@@ -520,7 +522,14 @@ class WorkerServer:
         return self._device().download(self._buffer(key))
 
     def op_compile(self, graph: Graph, options: CompileOptions) -> int:
-        executable = self._device().compile(graph, options)
+        device = self._device()
+        for node in graph.nodes:  # an unpickled graph is not verified again here
+            if lookup(node.op, node.domain) is None:
+                raise VerificationError(
+                    f"graph {graph.name!r}: node {node.name!r} ({node.qualified_op}): unknown "
+                    f"op {node.qualified_op} in the device's worker process (an op "
+                    "registered at run time exists only in the process that registered it)")
+        executable = device.compile(graph, options)
         if not isinstance(executable, Executable):
             raise AdapterContractError(f"Device.compile returned {type(executable).__name__}, "
                                        "not an Executable")

@@ -23,6 +23,7 @@ from polyhal.errors import (
     InputBindingError,
     PolyhalError,
     UnsupportedError,
+    VerificationError,
 )
 from polyhal.hal.isolation import (
     MIN_START_TIMEOUT,
@@ -184,6 +185,28 @@ def test_run_arrays_is_one_request_checked_as_each_call_is(template, worker_requ
     with pytest.raises(InputBindingError, match="2 buffers given, graph 'mlp' takes 3"):
         executable.run_arrays(arrays[:2])
     assert sent == []
+
+
+def test_an_op_registered_here_only_is_named_by_the_worker(template, monkeypatch):
+    """A graph comes into the worker unverified (it was verified when it was made):
+    an op the worker does not know is still named, with the node and why."""
+    from polyhal.ir import Graph, Node, Value
+    from polyhal.ops import infer, registry
+
+    op = registry.OpDef(name="TwiceHere", inputs=(registry.Input("X", "T"),),
+                        outputs=(registry.Output("Y", "T"),),
+                        type_vars={"T": frozenset({f32})},
+                        infer=infer.same_as_input(0), kernel=lambda x: 2 * x, doc="2x",
+                        domain="test.here")
+    monkeypatch.setitem(registry._REGISTRY, ("test.here", "TwiceHere"), op)
+    y = Value("y", f32[2])
+    graph = Graph("custom", (Value("x", f32[2]),), (y,),
+                  (Node("TwiceHere", "twice", ("x",), (y,), {}, "test.here"),))
+    with pytest.raises(VerificationError, match=r"^graph 'custom': node 'twice' "
+                       r"\(test.here.TwiceHere\): unknown op test.here.TwiceHere in the "
+                       r"device's worker process \(an op registered at run time exists only "
+                       r"in the process that registered it\)$"):
+        template.compile(graph, OPTIONS)
 
 
 def test_run_arrays_carries_device_errors_and_runs_on_after_a_crash():
