@@ -478,9 +478,12 @@ class WorkerServer:
             return _dumps((seq, False, encode_error(error)))
 
     def _device(self) -> Device:
-        if self.device is None:
+        return self._checked().inner
+
+    def _checked(self) -> CheckedDevice:
+        if self.checked is None:
             raise DeviceError("the worker has no open device")
-        return self.device
+        return self.checked
 
     def _add_buffer(self, buffer: Any, where: str) -> tuple[int, TensorType, int | None]:
         if not isinstance(buffer, Buffer):
@@ -522,20 +525,19 @@ class WorkerServer:
         return self._device().download(self._buffer(key))
 
     def op_compile(self, graph: Graph, options: CompileOptions) -> int:
-        device = self._device()
+        checked = self._checked()
         for node in graph.nodes:  # an unpickled graph is not verified again here
             if lookup(node.op, node.domain) is None:
                 raise VerificationError(
                     f"graph {graph.name!r}: node {node.name!r} ({node.qualified_op}): unknown "
                     f"op {node.qualified_op} in the device's worker process (an op "
                     "registered at run time exists only in the process that registered it)")
-        executable = device.compile(graph, options)
+        executable = checked.inner.compile(graph, options)
         if not isinstance(executable, Executable):
             raise AdapterContractError(f"Device.compile returned {type(executable).__name__}, "
                                        "not an Executable")
         key = next(self._ids)
-        assert self.checked is not None  # self._device() found the device
-        self.executables[key] = CheckedExecutable(self.checked, executable, graph)
+        self.executables[key] = CheckedExecutable(checked, executable, graph)
         return key
 
     def op_run(self, key: int, inputs: list[int]
