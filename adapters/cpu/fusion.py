@@ -1,12 +1,23 @@
-"""Elementwise fusion: chains of float elementwise nodes become one numba ufunc.
+"""Elementwise fusion: chains of float elementwise nodes become one numba loop.
 
 The fusion groups are :mod:`polyhal.passes.elementwise`'s (float32 and
-float64, two or more nodes, or one Erf/Gelu). Each group is compiled once per
-expression and dtype into a ``numba.vectorize`` ufunc — which broadcasts its
-inputs like numpy — from a generated module cached on disk, so later processes load it without
-compiling. Scalar constants are inlined as literals of the group's dtype (a
-float32 group computes in float32); other inputs become ufunc arguments.
-float32 Erf and Gelu use a vectorizable rational erf (max abs error 3.4e-7).
+float64, two or more nodes, or one Erf/Gelu). Each group's expression is
+generated once per expression and dtype into a module cached on disk, holding
+two loops over it:
+
+- ``flat``, an ``njit`` loop over C-contiguous operands of one shape, taken
+  whenever the operands are such (numba loads it from the disk cache in a few
+  milliseconds);
+- a ``numba.vectorize`` ufunc, which broadcasts and follows any strides, for
+  the other calls. It is built on first need: numba caches its kernel but
+  builds its loop wrapper with LLVM in every process (about 60 ms a group).
+
+Both compute the same expression, vectorized by LLVM alike
+(``error_model="numpy"``: a division by zero gives inf or NaN, with no check
+that would keep the loop scalar). Scalar constants are inlined as literals of
+the group's dtype (a float32 group computes in float32); other inputs become
+arguments. float32 Erf and Gelu use a vectorizable rational erf (max abs error
+3.4e-7).
 """
 
 from __future__ import annotations
@@ -123,14 +134,41 @@ def _codegen(graph: Graph, group: FusionGroup) -> FusionGroup:
     body = "\n".join(f"    {line}" for line in lines)
     # K types every literal: a float32 group computes in float32, as numpy does, and
     # stays free of float64 conversions that would halve its vector width.
+    reads = ", ".join(f"a{i}[i]" for i in range(len(group.inputs)))
     group.source = (f"K = numba.{dtype}\n\n\n"
-                    f"@numba.vectorize([{signature!r}], nopython=True, cache=True)\n"
-                    f"def fused({params}):\n{body}\n    return K(t{len(lines) - 1})\n")
+                    f"def fused({params}):\n{body}\n    return K(t{len(lines) - 1})\n\n\n"
+                    f"_fused = numba.njit(inline='always')(fused)\n\n\n"
+                    f"@numba.njit(nogil=True, cache=True, error_model='numpy')\n"
+                    f"def flat(out, {params}):\n"
+                    f"    for i in range(out.size):\n"
+                    f"        out[i] = _fused({reads})\n\n\n"
+                    f"def ufunc():\n"
+                    f"    vectorize = numba.vectorize([{signature!r}], nopython=True, cache=True)\n"
+                    f"    return vectorize(fused)\n")
     return group
 
 
+class FusedKernel:
+    """A group's two loops (see the module docstring): ``flat`` loaded with the module,
+    the ufunc built on first need."""
+
+    def __init__(self, module: Any) -> None:
+        self.flat: Callable[..., None] = module.flat
+        self._make_ufunc: Callable[[], Callable[..., np.ndarray]] = module.ufunc
+        self._ufunc: Callable[..., np.ndarray] | None = None
+
+    @property
+    def ufunc(self) -> Callable[..., np.ndarray]:
+        """The broadcasting ufunc (built on first use)."""
+        if self._ufunc is None:
+            with _lock:
+                if self._ufunc is None:
+                    self._ufunc = self._make_ufunc()
+        return self._ufunc
+
+
 _lock = threading.Lock()
-_loaded: dict[str, Callable[..., Any]] = {}
+_loaded: dict[str, FusedKernel] = {}
 
 
 def cache_dir() -> Path:
@@ -154,8 +192,8 @@ def _kernel_file(digest: str, source: str) -> Path:
     return path
 
 
-def compile_group(group: FusionGroup) -> Callable[..., Any]:
-    """The ufunc of ``group``: loaded from the disk cache, compiled on first use."""
+def compile_group(group: FusionGroup) -> FusedKernel:
+    """The loops of ``group``: loaded from the disk cache, compiled on first use."""
     source = _PRELUDE + "\n\n" + group.source
     digest = hashlib.sha256(source.encode()).hexdigest()[:20]
     with _lock:
@@ -167,16 +205,26 @@ def compile_group(group: FusionGroup) -> Callable[..., Any]:
         module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
         sys.modules[name] = module
         spec.loader.exec_module(module)  # type: ignore[union-attr]
-        _loaded[digest] = module.fused
-        return module.fused
+        _loaded[digest] = FusedKernel(module)
+        return _loaded[digest]
 
 
 def fused_step(group: FusionGroup) -> Callable[..., np.ndarray]:
     """A function of the group's input arrays that returns its output (``out=`` honoured;
-    run under the plan's ``np.errstate``)."""
-    ufunc = compile_group(group)
+    run under the plan's ``np.errstate``): the flat loop when every array is
+    C-contiguous, of the output's shape and dtype, else the ufunc."""
+    kernel = compile_group(group)
 
     def run(*arrays: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        first = arrays[0]
+        shape, dtype = (first.shape, first.dtype) if out is None else (out.shape, out.dtype)
+        if ((out is None or out.flags.c_contiguous)
+                and all(a.shape == shape and a.dtype == dtype and a.flags.c_contiguous
+                        for a in arrays)):
+            result = np.empty(shape, dtype) if out is None else out
+            kernel.flat(result.reshape(-1), *[a.reshape(-1) for a in arrays])
+            return result
+        ufunc = kernel.ufunc
         return ufunc(*arrays, out=out) if out is not None else ufunc(*arrays)
 
     return run

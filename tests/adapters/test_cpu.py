@@ -47,6 +47,44 @@ def _chain(dtype=f32) -> Graph:
     return g.build()
 
 
+def _broadcast_chain() -> Graph:
+    g = GraphBuilder("broadcast_chain")
+    x = g.input("x", f32[4, 8])
+    b = g.input("b", f32[8])
+    g.output(ops.erf(x * 0.5 + b) / x, name="y")  # a division: inf and NaN at x = 0
+    return g.build()
+
+
+def test_a_fused_group_runs_its_flat_loop_unless_operands_broadcast_or_are_strided():
+    """Operands of the output's shape, C-contiguous, take the njit loop, which numba
+    loads from its cache in milliseconds; the ufunc (whose loop wrapper numba builds in
+    every process) is built only for the other calls. Both give the same bits."""
+    from polyhal.adapters.cpu.fusion import FusedKernel, compile_group, fused_step
+
+    graph = _broadcast_chain()
+    (group,) = find_groups(graph)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    x[0, :3] = [0.0, -0.0, np.nan]
+    b = rng.standard_normal(8).astype(np.float32)
+    kernel = compile_group(group)  # the one loaded kernel, which the step uses too
+    assert isinstance(kernel, FusedKernel)
+    run = fused_step(group)
+    same_shape = np.ascontiguousarray(np.broadcast_to(b, x.shape))
+    flat_result = run(x, same_shape)
+    assert kernel._ufunc is None  # the flat loop ran, no ufunc was built
+    out = np.empty_like(x)
+    assert run(x, same_shape, out=out) is out
+    np.testing.assert_array_equal(out, flat_result)
+    with np.errstate(all="ignore"):  # as the plan runs it (the ufunc warns, as numpy does)
+        broadcast_result = run(x, b)  # b broadcasts: the ufunc
+        strided_result = run(np.asfortranarray(x), same_shape)
+    assert kernel._ufunc is not None
+    for result in (broadcast_result, strided_result):
+        np.testing.assert_array_equal(result, flat_result)  # NaN, inf and -0.0 included
+    assert np.isnan(flat_result[0, 2]) and np.isinf(flat_result[0, :2]).all()
+
+
 def test_elementwise_chain_becomes_one_fused_step():
     graph = optimize(specialize(_chain(), {"n": 4}))
     groups = find_groups(graph)
