@@ -447,9 +447,9 @@ class WorkerServer:
     """
 
     def __init__(self) -> None:
-        self.device: Device | None = None
         self.checked: CheckedDevice | None = None
-        """The device wrapped in the contract's checks (see :meth:`op_execute`)."""
+        """The open device (``.inner``), wrapped in the contract's checks (see
+        :meth:`op_execute`)."""
         self.buffers: dict[int, Buffer] = {}
         self.executables: dict[int, CheckedExecutable] = {}
         """The device's executables, each wrapped in the contract's checks."""
@@ -511,8 +511,7 @@ class WorkerServer:
 
     def op_open(self, adapter_path: str, name: str, index: int, options: dict) -> int:
         cls = load_adapter_class(adapter_path, f"{name}:{index}: the worker")
-        self.device = open_checked(cls(), index, options)
-        self.checked = CheckedDevice(self.device, f"{name}:{index}")
+        self.checked = CheckedDevice(open_checked(cls(), index, options), f"{name}:{index}")
         return os.getpid()
 
     def op_capabilities(self) -> Capabilities:
@@ -572,10 +571,9 @@ class WorkerServer:
         self.closed = True
         self.buffers.clear()
         self.executables.clear()
-        self.checked = None
-        device, self.device = self.device, None
-        if device is not None:
-            device.close()
+        checked, self.checked = self.checked, None
+        if checked is not None:
+            checked.inner.close()
 
 
 def _rss_bytes() -> int:
