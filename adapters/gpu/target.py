@@ -41,26 +41,30 @@ _config: Any = getattr(cuda, "config", None) or numba.config
 SIMULATED: bool = bool(_config.ENABLE_CUDASIM)
 """True when numba runs kernels on its CUDA simulator."""
 
-THREADS = 8 if SIMULATED else 256
+THREADS = 2 if SIMULATED else 256
 """Threads per block of the 1-D kernels."""
-MAX_BLOCKS = 4 if SIMULATED else 4096
+MAX_BLOCKS = 2 if SIMULATED else 4096
 """Blocks of a 1-D grid at most (grid-stride loops cover the rest). The simulator starts
-a Python thread per CUDA thread, so it gets 32 at most, each covering many items (and
-its tests exercise the grid-stride loops). Beside a busy core, the ``ci`` profile's bf16
-L1 and L2 took 58-90 s with up to 128 threads (4 blocks of 32), 27-32 s with 32."""
+a Python thread per CUDA thread, so it gets 2 blocks of 2 threads at most, each covering
+many items: block and thread indices and the grid-stride loops are all exercised, and a
+launch pays for few thread starts. A fused kernel over 24 items took 3.3 ms as 3 blocks of
+8 threads, 0.65 ms as 2 blocks of 2; the full ``fp32`` conformance of ``gpu-sim`` went from
+106-110 s to 86-90 s with this and the GEMM tile and switch interval below."""
 
-GEMM_TILE = (8, 8, 8, 4, 4) if SIMULATED else (64, 64, 16, 4, 4)
+GEMM_TILE = (8, 8, 16, 4, 4) if SIMULATED else (64, 64, 16, 4, 4)
 """``(BM, BN, BK, TM, TN)`` of the GEMM kernel: a BM x BN output tile per block,
 BK-deep slabs of A and B in shared memory, TM x TN outputs per thread. The simulator's
 blocks have four threads, so each ``syncthreads`` (a round of its polling loop) waits
-for few."""
+for few, and 16-deep slabs, half the rounds of 8-deep ones."""
 
-SIMULATOR_SWITCH_INTERVAL_S = 0.001
+SIMULATOR_SWITCH_INTERVAL_S = 0.0002
 """The interpreter's switch interval in a simulator worker (Python's default: 5 ms). The
 simulator runs a block's threads while a Python loop polls them for ``syncthreads``;
 that loop keeps the GIL until another thread has waited a switch interval. A shorter
-one alone took the ``ci`` profile's L1 and L2 from 127 s to 63 s. The worker process is
-the device's, so :class:`~polyhal.adapters.gpu.GpuSimAdapter` sets it on open."""
+one (1 ms) took the ``ci`` profile's L1 and L2 from 127 s to 63 s; 0.2 ms took its GEMM
+launches from 60 to about 30 ms each (0.1 ms gained little more, beside a busy core or
+not). The worker process is the device's, so
+:class:`~polyhal.adapters.gpu.GpuSimAdapter` sets it on open."""
 
 
 def device_function(function: Callable[..., Any]) -> Callable[..., Any]:
