@@ -20,21 +20,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numba
 import numpy as np
 
-from polyhal.adapters.gpu.target import bf16_load, bf16_store, device_function
+from polyhal.adapters.gpu.target import bf16_load, bf16_store, device_function, f32, f64
 from polyhal.ir.dtypes import DType
 
 
 @device_function
 def _to_f32(x):
-    return numba.float32(x)
+    return f32(x)
 
 
 @device_function
 def _to_f64(x):
-    return numba.float64(x)
+    return f64(x)
 
 
 @device_function
@@ -51,7 +50,8 @@ class Storage:
     device_dtype: np.dtype
     """The dtype of the device array."""
     compute: Any
-    """The numba type kernels compute in (None: moved only)."""
+    """The scalar type kernels compute in, :data:`~.target.f32` or :data:`~.target.f64`
+    (None: moved only)."""
     load: Any
     """Device function: stored element -> compute type."""
     store: Any
@@ -61,10 +61,10 @@ class Storage:
     store_source: str = "{}"
 
 
-F32 = Storage("f32", np.dtype(np.float32), numba.float32, _to_f32, _same, "numba.float32({})")
-F64 = Storage("f64", np.dtype(np.float64), numba.float64, _to_f64, _same, "numba.float64({})")
-F16 = Storage("f16", np.dtype(np.float16), numba.float32, _to_f32, _same, "numba.float32({})")
-BF16 = Storage("bf16", np.dtype(np.uint16), numba.float32, bf16_load, bf16_store,
+F32 = Storage("f32", np.dtype(np.float32), f32, _to_f32, _same, "f32({})")
+F64 = Storage("f64", np.dtype(np.float64), f64, _to_f64, _same, "f64({})")
+F16 = Storage("f16", np.dtype(np.float16), f32, _to_f32, _same, "f32({})")
+BF16 = Storage("bf16", np.dtype(np.uint16), f32, bf16_load, bf16_store,
                "bf16_load({})", "bf16_store({})")
 _FLOATS = {DType.FLOAT32: F32, DType.FLOAT64: F64, DType.FLOAT16: F16, DType.BFLOAT16: BF16}
 _IN_MODE = {"fp32": F32, "tf32": F32, "fp16": F16, "bf16": BF16}

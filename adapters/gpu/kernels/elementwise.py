@@ -18,7 +18,7 @@ import numba
 from numba import cuda
 
 from polyhal.adapters.gpu.storage import Storage
-from polyhal.adapters.gpu.target import bf16_load, bf16_store, device_function, gmath
+from polyhal.adapters.gpu.target import bf16_load, bf16_store, device_function, f32, f64, gmath
 
 
 @device_function
@@ -56,7 +56,7 @@ def _ceil(x):
 
 
 NAMESPACE: dict[str, Any] = {
-    "numba": numba, "cuda": cuda, "math": gmath, "bf16_load": bf16_load,
+    "numba": numba, "cuda": cuda, "math": gmath, "f32": f32, "f64": f64, "bf16_load": bf16_load,
     "bf16_store": bf16_store, "_relu": _relu, "_max": _max, "_min": _min, "_pow": _pow,
     "_floor": _floor, "_ceil": _ceil, "_log": gmath.log, "_sqrt": gmath.sqrt,
     "_erf32": gmath.erf,
@@ -94,7 +94,7 @@ def group_source(body: Sequence[str], inputs: Sequence[tuple[Storage, str]],
         loads.append(f"        a{i} = K({storage.load_source.format(f'x{i}[{at}]')})")
     lines = [f"        {line}" for line in body]
     result = out.store_source.format(f"K(t{len(body) - 1})")
-    return (f"K = numba.{'float64' if out.compute is numba.float64 else 'float32'}\n\n\n"
+    return (f"K = {'f64' if out.compute is f64 else 'f32'}\n\n\n"
             f"@cuda.jit\n"
             f"def fused(out, n{', ' + params if params else ''}):\n"
             f"    for i in range(cuda.grid(1), n, cuda.gridsize(1)):\n"
@@ -104,8 +104,8 @@ def group_source(body: Sequence[str], inputs: Sequence[tuple[Storage, str]],
 
 def cast_source(src: Storage, dst: Storage) -> str:
     """The source of kernel ``cast(out, n, x)``: float storage ``src`` -> ``dst``."""
-    compute = "float64" if numba.float64 in (src.compute, dst.compute) else "float32"
-    value = f"numba.{compute}({src.load_source.format('x[i]')})"
+    compute = "f64" if f64 in (src.compute, dst.compute) else "f32"
+    value = f"{compute}({src.load_source.format('x[i]')})"
     return ("@cuda.jit\n"
             "def cast(out, n, x):\n"
             "    for i in range(cuda.grid(1), n, cuda.gridsize(1)):\n"

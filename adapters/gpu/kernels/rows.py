@@ -11,11 +11,10 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-import numba
 from numba import cuda
 
 from polyhal.adapters.gpu.storage import Storage
-from polyhal.adapters.gpu.target import device_function, gmath
+from polyhal.adapters.gpu.target import device_function, f32, gmath
 
 REDUCTIONS = ("sum", "mean", "max", "min", "prod")
 
@@ -94,17 +93,17 @@ def layer_norm_kernel(storage: Storage, stats: Storage, scale_mapped: bool, bias
     @cuda.jit
     def layer_norm(x, scale, smap, b, bmap, out, mean, inv_std, rows, width, eps):
         for r in range(cuda.grid(1), rows, cuda.gridsize(1)):
-            total = numba.float32(0)
+            total = f32(0)
             for j in range(width):
-                total += numba.float32(load(x[r * width + j]))
-            mu = total / numba.float32(width)
-            sq = numba.float32(0)
+                total += f32(load(x[r * width + j]))
+            mu = total / f32(width)
+            sq = f32(0)
             for j in range(width):
-                d = numba.float32(load(x[r * width + j])) - mu
+                d = f32(load(x[r * width + j])) - mu
                 sq += d * d
-            inv = numba.float32(1) / gmath.sqrt(sq / numba.float32(width) + eps)
+            inv = f32(1) / gmath.sqrt(sq / f32(width) + eps)
             for j in range(width):
-                y = compute((numba.float32(load(x[r * width + j])) - mu) * inv)
+                y = compute((f32(load(x[r * width + j])) - mu) * inv)
                 y = y * compute(load(scale[_offset(smap, j, scale_mapped)]))
                 if bias:
                     y += compute(load(b[_offset(bmap, j, bias_mapped)]))
