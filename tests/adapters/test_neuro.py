@@ -291,6 +291,62 @@ def test_runs_are_independent_and_reuse_one_network(neuro):
     assert not np.array_equal(runs[0][1], runs[1][1])
 
 
+def _delayed_network():
+    rng = np.random.default_rng(34)
+
+    def network(x):
+        h = snn.delay(snn.linear(x, _u(rng, 0, 1, (5, 6))), rng.integers(0, 4, 5) * DT, dt=DT)
+        z, v = _neuron("LIF", h, rng, 5, "euler", "v_reset", outputs=2)
+        readout = _neuron("LI", snn.linear(z, _u(rng, -1, 1, (3, 5))), rng, 3, "euler", "")
+        return z, v, readout, snn.delay(x, rng.integers(0, 3, 6) * DT, dt=DT)
+
+    return _graph((30, 2, 6), network), rng
+
+
+@pytest.mark.parametrize("target", ["numpy", "cython"])
+def test_runs_reuse_the_code_objects_compile_generated_and_match_the_reference(target):
+    # brian2's Network.run generates every code object again; a runner generates them
+    # once, at compile, and each run only fills the TimedArrays' values in place. (On
+    # Cython, the network the other Cython tests compile: its modules are cached.)
+    import brian2.groups.group as brian2_group
+
+    device = open_device("neuro", target=target, isolate=False)  # brian2 here, to count
+    graph, rng = _delayed_network() if target == "numpy" else _small_lif()
+    shape = graph.inputs[0].type.shape
+    executable = device.compile(graph, CompileOptions())
+    generated: list[str] = []
+    original = brian2_group.create_runner_codeobj
+
+    def counting(*args, **kwargs):
+        generated.append(kwargs.get("name", "?"))
+        return original(*args, **kwargs)
+
+    def draw():  # spikes into the synapses of one network, currents into the other's LIF
+        return (rng.random(shape) < 0.4) * 1.0 if target == "numpy" else rng.normal(
+            0.5, 1, shape)
+
+    first = draw()
+    inputs = [first, draw(), np.zeros(shape), first]
+    brian2_group.create_runner_codeobj = counting
+    try:
+        runs = [[device.download(b) for b in executable.run([device.upload(x)])]
+                for x in inputs]
+    finally:
+        brian2_group.create_runner_codeobj = original
+    assert generated == []
+    spikes = _spike_outputs(graph)
+    for x, outputs in zip(inputs, runs, strict=True):
+        for value, got, want in zip(graph.outputs, outputs, run(graph, x).values(),
+                                    strict=True):
+            if value.name in spikes:
+                assert np.array_equal(got, want), value.name
+            else:
+                np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-9,
+                                           err_msg=value.name)
+    assert runs[0][0].any() and not runs[2][0].any()
+    assert all(np.array_equal(a, b) for a, b in zip(runs[0], runs[3], strict=True))
+
+
 def test_a_run_skips_the_collection_brian2_starts_each_run_with():
     # brian2's Network.run starts with gc.collect() only to warn of objects left out of
     # a network; with brian2 and sympy loaded it takes 80-120 ms, most of a small run.
