@@ -16,6 +16,7 @@ from polyhal._version import __version__
 from polyhal.conformance.cases import Case
 from polyhal.conformance.execute import grade, run_on_device
 from polyhal.conformance.levels import GENERATORS, unavailable_levels
+from polyhal.conformance.levels.l1 import sharing_op_cases
 from polyhal.conformance.manifest import Entry, load_manifest, unsettled
 from polyhal.conformance.precision import (
     PRECISION_LEVELS,
@@ -127,14 +128,15 @@ def generate_cases(caps: Capabilities, levels: Sequence[str], profile_name: str)
     """Every case of ``levels`` that a device with ``caps`` must pass."""
     profile = get_profile(profile_name)
     cases: list[Case] = []
-    for level in levels:
-        generator = GENERATORS.get(level)
-        if generator is None:
-            continue
-        try:
-            cases.extend(generator(caps, profile))
-        except PolyhalError as exc:
-            raise ConformanceError(f"generating {level} cases failed: {exc}") from exc
+    with sharing_op_cases():
+        for level in levels:
+            generator = GENERATORS.get(level)
+            if generator is None:
+                continue
+            try:
+                cases.extend(generator(caps, profile))
+            except PolyhalError as exc:
+                raise ConformanceError(f"generating {level} cases failed: {exc}") from exc
     return cases
 
 

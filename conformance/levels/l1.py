@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import zlib
 from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
 
 import numpy as np
 
@@ -39,22 +41,49 @@ def generate(caps: Capabilities, profile: Profile) -> Iterator[Case]:
                             profile.seeds)
 
 
+_shared: ContextVar[dict | None] = ContextVar("polyhal_l1_cases", default=None)
+
+
+@contextlib.contextmanager
+def sharing_op_cases() -> Iterator[None]:
+    """Within the block, :func:`op_cases` makes the cases of each op, dtype, shape class
+    and seeds once, for one device's capabilities: L3 derives its op gradients from the
+    same cases L1 grades, and made them all again."""
+    token = _shared.set({})
+    try:
+        yield
+    finally:
+        _shared.reset(token)
+
+
 def op_cases(caps: Capabilities, op: OpDef, dtypes: Sequence[DType],
              shape_classes: Sequence[str], seeds: Sequence[int]) -> Iterator[Case]:
     """The covered L1 cases of ``op`` in ``dtypes`` x ``shape_classes`` x ``seeds``
     (shape classes the op's recipe has no sample for are left out)."""
-    make = recipe_for(op)
+    shared = _shared.get()
     for dtype in dtypes:
         for shape_class in shape_classes:
-            for variant, seed in enumerate(seeds):
-                rng = np.random.default_rng([seed, zlib_hash(f"{op.qualified_name}/"
-                                                             f"{dtype.value}/{shape_class}")])
-                sample = make(op, dtype, shape_class, rng)
-                if sample is None:
-                    continue
-                case = op_case(op, dtype, shape_class, variant, sample)
-                if covered(caps, case):
-                    yield case
+            if shared is None:
+                yield from _class_cases(caps, op, dtype, shape_class, seeds)
+                continue
+            key = (op.qualified_name, dtype, shape_class, tuple(seeds))
+            if key not in shared:
+                shared[key] = list(_class_cases(caps, op, dtype, shape_class, seeds))
+            yield from shared[key]
+
+
+def _class_cases(caps: Capabilities, op: OpDef, dtype: DType, shape_class: str,
+                 seeds: Sequence[int]) -> Iterator[Case]:
+    make = recipe_for(op)
+    for variant, seed in enumerate(seeds):
+        rng = np.random.default_rng([seed, zlib_hash(f"{op.qualified_name}/"
+                                                     f"{dtype.value}/{shape_class}")])
+        sample = make(op, dtype, shape_class, rng)
+        if sample is None:
+            continue
+        case = op_case(op, dtype, shape_class, variant, sample)
+        if covered(caps, case):
+            yield case
 
 
 def zlib_hash(text: str) -> int:

@@ -71,6 +71,29 @@ def test_ci_takes_one_dtype_and_two_shape_classes_of_each_op(reference_cases):
     assert {"grad_k1", "grad_w", "grad_x"} <= {v.name for v in cnn.graph.outputs}
 
 
+def test_l3_derives_its_op_gradients_from_the_cases_l1_made(monkeypatch):
+    from polyhal.conformance.levels import l1
+
+    made = Counter()
+    original = l1.op_case
+
+    def counting(op, dtype, shape_class, variant, sample, *args, **kwargs):
+        made[(op.qualified_name, dtype, shape_class, variant)] += 1
+        return original(op, dtype, shape_class, variant, sample, *args, **kwargs)
+
+    monkeypatch.setattr(l1, "op_case", counting)
+    with open_device("reference") as device:
+        caps = device.capabilities
+    both = generate_cases(caps, ["L1", "L3"], "ci")
+    assert made and max(made.values()) == 1  # each L1 case made once, for both levels
+    forwards = {c.id.replace("L3/", "L1/", 1) for c in both  # op cases ("domain.Op")
+                if c.level == "L3" and c.graph and "." in c.op}
+    assert forwards and forwards <= {c.id for c in both if c.level == "L1"}
+    made.clear()
+    alone = generate_cases(caps, ["L3"], "ci")  # a new call makes its cases anew
+    assert made and [c.id for c in alone] == [c.id for c in both if c.level == "L3"]
+
+
 def test_ops_without_a_gradient_are_not_applicable_with_the_reason(reference_cases):
     reasons = {c.id: c.not_applicable for c in reference_cases if c.not_applicable}
     assert "not differentiable" in reasons["L3/core.Floor/float32/rank2-0"]
