@@ -47,8 +47,9 @@ _shared: ContextVar[dict | None] = ContextVar("polyhal_l1_cases", default=None)
 @contextlib.contextmanager
 def sharing_op_cases() -> Iterator[None]:
     """Within the block, :func:`op_cases` makes the cases of each op, dtype, shape class
-    and seeds once, for one device's capabilities: L3 derives its op gradients from the
-    same cases L1 grades, and made them all again."""
+    and seeds once: L3 derives its op gradients from the same cases L1 grades, and made
+    them all again. The cases kept are those the first call's capabilities cover, so a
+    block is for one device's capabilities (one :func:`~..runner.generate_cases`)."""
     token = _shared.set({})
     try:
         yield
