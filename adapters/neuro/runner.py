@@ -143,8 +143,6 @@ class RuntimeRunner:
         self.plan = plan
         self._cython_cache = cython_cache_root() if target == "cython" else None
         self.net: BrianNetwork | None = None
-        self._values: dict[str, np.ndarray] = {}
-        """The last run's TimedArray values (its counters read them)."""
         with BRIAN_LOCK:
             try:
                 self.net = BrianNetwork(plan, codeobj_class, spike_inputs)
@@ -154,7 +152,7 @@ class RuntimeRunner:
         zeros = [np.zeros((plan.steps, plan.batch, *shape)) for _, shape in plan.inputs]
         self._feeds = {name: np.array(v, np.float64) for name, v in
                        self.net.feed_values(zeros).items()}
-        """The TimedArrays' values, filled in place by each run."""
+        """The TimedArrays' values, filled in place by each run (its counters read them)."""
         self._namespace = self.net.timed_arrays(self._feeds)
         # A run of no steps generates (and for Cython compiles) every code object now,
         # so compile() pays for it and reports what fails; later runs reuse them.
@@ -180,7 +178,6 @@ class RuntimeRunner:
                     feed[...] = values[name]
                 net.network.run(steps * self.plan.dt * b2.second,
                                 namespace=dict(self._namespace), report=None)
-                self._values = values
                 return net.collect() if steps else {}
             except Exception as exc:
                 raise device_fault(net, "run", exc) from exc
@@ -189,7 +186,7 @@ class RuntimeRunner:
         """Counters of the last run."""
         assert self.net is not None
         with BRIAN_LOCK:
-            return self.net.counters(self._values)
+            return self.net.counters(self._feeds)
 
 
 class StandaloneRunner:
