@@ -27,6 +27,8 @@ between the two modes lives here, so that every kernel has one source:
   simulated threads preempted while holding them queue behind each other
   (a 12-row LayerNorm took 0.03 to 2 s). No device function here uses
   ``cuda``, so the swap has nothing to do.
+- in the simulator, ``cuda.shared.array`` made safe for the threads of a
+  block (:func:`polyhal.simulators.gpu.make_shared_arrays_thread_safe`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ from typing import Any
 import numba
 import numpy as np
 from numba import cuda
+
+from polyhal.simulators.gpu import make_shared_arrays_thread_safe
 
 _config: Any = getattr(cuda, "config", None) or numba.config
 SIMULATED: bool = bool(_config.ENABLE_CUDASIM)
@@ -90,6 +94,7 @@ def grid_1d(count: int) -> tuple[int, int]:
 
 
 if SIMULATED:
+    make_shared_arrays_thread_safe()
     # The simulator's numpy scalars follow IEEE, as a GPU does; quietly, as a GPU does (in
     # the simulator's threads, where np.seterr does not reach; the process is the device's).
     warnings.filterwarnings("ignore", category=RuntimeWarning)

@@ -189,3 +189,45 @@ def test_every_kernel_compiles_to_ptx_for_a_real_gpu():
     assert result.returncode == 0, result.stderr[-3000:]
     count = int(result.stdout.split()[1])
     assert count >= 150, result.stdout
+
+
+_SHARED_ARRAY_RACE = """
+import sys, threading
+import numpy as np
+from numba import cuda, float32
+import polyhal.adapters.gpu.target  # noqa: F401 (makes shared arrays thread-safe)
+from numba.cuda.simulator.kernelapi import FakeCUDAShared
+
+sys.setswitchinterval(1e-6)
+TRIALS, THREADS = 500, 16
+blocks = [FakeCUDAShared(0) for _ in range(TRIALS)]
+got = [[None] * THREADS for _ in range(TRIALS)]
+start = threading.Barrier(THREADS)
+
+def thread(i):
+    for t in range(TRIALS):
+        start.wait()
+        got[t][i] = blocks[t].array((2, 16, 8), np.float64)
+
+threads = [threading.Thread(target=thread, args=(i,)) for i in range(THREADS)]
+for t in threads: t.start()
+for t in threads: t.join()
+split = sum(len({id(a) for a in row}) > 1 for row in got)
+
+block = FakeCUDAShared(0)
+first = block.array(4, float32)
+second = block.array(4, float32)
+print(split, first.dtype, first is not second, block.array(0, np.dtype(np.float32)).size)
+"""
+
+
+def test_the_simulators_threads_of_a_block_share_one_shared_array():
+    """16 threads of a block ask for a shared array at once, 500 times, switching every
+    microsecond: each time all get the same array (numba's simulator handed out two in
+    about a fifth of the trials: a GEMM then read uninitialized data). Two lines get two
+    arrays; numba dtypes and dynamic shared memory still work."""
+    env = {**os.environ, SIMULATOR_ENV: "1"}
+    result = subprocess.run([sys.executable, "-c", _SHARED_ARRAY_RACE], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["0", "float32", "True", "0"]
