@@ -6,14 +6,13 @@ import html
 import json
 import math
 import os
-import stat
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from polyhal.conformance.runner import OUTCOMES, CaseResult, Report
 from polyhal.errors import ConformanceError, PolyhalError
-from polyhal.files import write_atomically
+from polyhal.files import read_limited, write_atomically
 
 SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 COLOURS = {"passed": "#2e7d32", "failed": "#c62828", "crashed": "#6a1b9a",
@@ -87,19 +86,10 @@ def _report_adapter(path: Path) -> str | None:
 
 
 def read_report_json(path: str | Path) -> Any:
-    """The JSON document in ``path``, a plain file of at most
+    """The JSON document in ``path``, a regular file of at most
     :data:`MAX_REPORT_BYTES`; anything else is a :class:`PolyhalError` naming it."""
     path = Path(path)
-    try:
-        if not stat.S_ISREG(path.stat().st_mode):  # before opening: a FIFO would block
-            raise PolyhalError(f"cannot read report {path}: it is not a file")
-        with path.open("rb") as stream:
-            data = stream.read(MAX_REPORT_BYTES + 1)
-    except OSError as exc:
-        raise PolyhalError(f"cannot read report {path}: {exc.strerror or exc}") from None
-    if len(data) > MAX_REPORT_BYTES:
-        raise PolyhalError(f"cannot read report {path}: larger than "
-                           f"{MAX_REPORT_BYTES // 2**20} MiB")
+    data = read_limited(path, MAX_REPORT_BYTES, "report")  # never opens a FIFO to wait
     try:
         return json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -6,13 +6,12 @@ import argparse
 import contextlib
 import math
 import os
-import stat
 from pathlib import Path
 from typing import BinaryIO
 
 from polyhal.cli.paths import check_target, check_trace_path, writable_folder
 from polyhal.errors import PolyhalError
-from polyhal.files import write_atomically
+from polyhal.files import open_regular, write_atomically
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -89,9 +88,7 @@ def _read_npy(name: str, file: Path) -> object:
     import numpy as np
 
     try:
-        if not stat.S_ISREG(file.stat().st_mode):  # before opening: a FIFO would block
-            raise PolyhalError(f"--input {name}: {file} is not a plain file")
-        with file.open("rb") as stream:
+        with open_regular(file, f"--input {name}") as stream:  # a FIFO is refused, not waited on
             if stream.read(len(_NPY_MAGIC)) != _NPY_MAGIC:
                 raise PolyhalError(f"--input {name}: {file} is not a .npy file (it does not "
                                    "start with the NPY header; save arrays with numpy.save)")
