@@ -210,7 +210,8 @@ class GraphBuilder:
             node_name if count == 1 else f"{node_name}.{i}" for i in range(count)]
         for out_name, t in zip(out_names, out_types, strict=True):
             if t.is_static:
-                current_limits().check_shape(t.shape, f"{where}: output {out_name!r} ({t})")
+                current_limits().check_shape(
+                    t.shape, lambda out_name=out_name, t=t: f"{where}: output {out_name!r} ({t})")
         outputs = [self._claim(n, t) for n, t in zip(out_names, out_types, strict=True)]
         self._node_names.add(node_name)
         self._nodes.append(Node(opdef.name, node_name, tuple(v.name if v else "" for v in vars_),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from polyhal.errors import LimitExceededError
@@ -35,22 +35,28 @@ class Limits:
     max_file_bytes: int = 64 << 20
     """Bytes of a model's JSON document."""
 
-    def check_shape(self, shape: Sequence[int], where: str) -> None:
-        """Raise :class:`LimitExceededError` if a tensor of ``shape`` is too big."""
+    def check_shape(self, shape: Sequence[int], where: str | Callable[[], str]) -> None:
+        """Raise :class:`LimitExceededError` if a tensor of ``shape`` is too big; the
+        message starts with ``where`` (or what it returns: hot paths pass a function,
+        so that a shape within the limits formats nothing)."""
         if len(shape) > self.max_rank:
-            raise LimitExceededError(f"{where}: rank {len(shape)} exceeds the limit "
+            raise LimitExceededError(f"{_text(where)}: rank {len(shape)} exceeds the limit "
                                      f"of {self.max_rank}")
         count = 1
         for d in shape:
             if int(d) > self.max_elements:
                 raise LimitExceededError(
-                    f"{where}: dimension {int(d)} (shape {list(shape)}) exceeds the limit of "
-                    f"{self.max_elements} elements per tensor (see polyhal.ir.Limits)")
+                    f"{_text(where)}: dimension {int(d)} (shape {list(shape)}) exceeds the "
+                    f"limit of {self.max_elements} elements per tensor (see polyhal.ir.Limits)")
             count *= int(d)
         if count > self.max_elements:
             raise LimitExceededError(
-                f"{where}: {count} elements (shape {list(shape)}) exceed the limit of "
+                f"{_text(where)}: {count} elements (shape {list(shape)}) exceed the limit of "
                 f"{self.max_elements} elements per tensor (see polyhal.ir.Limits)")
+
+
+def _text(where: str | Callable[[], str]) -> str:
+    return where if isinstance(where, str) else where()
 
 
 DEFAULT_LIMITS = Limits()

@@ -170,7 +170,7 @@ def verify_graph(graph: Graph) -> dict[str, TensorType]:
             raise LimitExceededError(f"{g}: {who} has rank {t.rank}, over the limit of "
                                      f"{limits.max_rank}")
         if len(static) == t.rank:
-            limits.check_shape(static, f"{g}: {who} ({value_name}: {t})")
+            limits.check_shape(static, lambda: f"{g}: {who} ({value_name}: {t})")
 
     for value in graph.inputs:
         if not isinstance(value, Value):

@@ -13,6 +13,7 @@ asks for optional outputs, ``domain=`` picks a domain other than ``core``.
 
 from __future__ import annotations
 
+import functools
 import keyword
 import re
 from typing import Any
@@ -50,6 +51,7 @@ __all__ = ["REQUIRED", "Attr", "AttrKind", "Input", "OpDef", "Output", "all_ops"
            "domains", "get_op", "lookup", "register", "snake_name"]
 
 
+@functools.cache
 def snake_name(op_name: str) -> str:
     """The builder-function name of an op: ``ReduceSum`` -> ``reduce_sum``, ``And`` -> ``and_``."""
     text = op_name.replace("MatMul", "Matmul").replace("NaN", "Nan")

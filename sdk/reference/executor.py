@@ -15,6 +15,7 @@ import numpy as np
 
 from polyhal.errors import ExecutionError, InputBindingError, PolyhalError
 from polyhal.ir import dims as D
+from polyhal.ir.dtypes import DType
 from polyhal.ir.graph import Graph, Node
 from polyhal.ir.limits import current_limits
 from polyhal.ir.types import TensorType
@@ -156,7 +157,7 @@ def run_node(node: Node, op: OpDef, attrs: dict[str, Any], inputs: list[np.ndarr
     for value in node.outputs:
         shape = [D.evaluate(d, bindings) for d in value.type.shape]
         if all(s is not None for s in shape):
-            limits.check_shape(shape, f"{where}: output {value.name!r}")  # type: ignore[arg-type]
+            limits.check_shape(shape, lambda value=value: f"{where}: output {value.name!r}")  # type: ignore[arg-type]
     low = any(v.type.dtype.is_low_precision for v in node.outputs) or any(
         a is not None and _is_low_precision(a.dtype) for a in inputs)
     args = [a.astype(np.float32) if a is not None and _is_low_precision(a.dtype) else a
@@ -189,5 +190,8 @@ def run_node(node: Node, op: OpDef, attrs: dict[str, Any], inputs: list[np.ndarr
     return checked
 
 
+_LOW_PRECISION = frozenset({np.dtype(np.float16), DType.BFLOAT16.numpy})
+
+
 def _is_low_precision(dtype: np.dtype) -> bool:
-    return dtype == np.float16 or dtype.name == "bfloat16"
+    return dtype in _LOW_PRECISION
