@@ -156,13 +156,41 @@ def test_an_empty_path_is_refused(model, capsys, option):
 def test_an_npy_header_claiming_more_than_the_file_holds_is_refused(model, capsys):
     huge = model.parent / "huge.npy"
     header = np.lib.format.header_data_from_array_1_0(np.zeros((1, 2), np.float32))
-    header["shape"] = (10**10, 2)
+    header["shape"] = (1000, 2)
     with huge.open("wb") as stream:
         np.lib.format.write_array_header_1_0(stream, header)
         stream.write(b"\0" * 16)
     code = main(["run", str(model), "--input", f"x={huge}"])
     _refused(capsys, code, f"--input x: {huge} is truncated or corrupt",
-             "float32[10000000000, 2]")
+             "float32[1000, 2] (8000 bytes) but 16 bytes follow")
+
+
+def _npy(header: str, data: bytes) -> bytes:
+    """A version 1.0 .npy file with ``header`` as its header text, as written."""
+    text = header.encode()
+    text += b" " * (-(len(text) + 11) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text + data
+
+
+_F4 = "{'descr': '<f4', 'fortran_order': False, 'shape': "
+
+
+@pytest.mark.parametrize(("header", "data", "words"), [
+    (_F4 + "(2,), ", b"\0" * 8, ["cannot read", "(TokenError: "]),  # no closing brace
+    (_F4 + "(2, True), }", b"\0" * 8, ["is corrupt", "shape (2, True)", "integers >= 0"]),
+    (_F4 + "(-1,), }", b"\0" * 8, ["is corrupt", "shape (-1,)"]),
+    (_F4 + "(2.0,), }", b"\0" * 8, ["(2.0,)"]),
+    (_F4 + f"({10**30}, 0), }}", b"", [f"dimension {10**30}", "exceeds the limit"]),
+    ("{'descr': 'O', 'fortran_order': False, 'shape': (2,), }", b"\0" * 16,
+     ["cannot read", "allow_pickle"]),
+], ids=["unclosed", "bool-dim", "negative-dim", "float-dim", "huge-empty", "object"])
+def test_a_damaged_npy_header_is_refused_in_one_line(model, capsys, header, data, words):
+    """numpy's header parser raises TokenError, TypeError or OverflowError on these, or
+    reads a -1 dim as "whatever fits": each is one error line naming the flag and file."""
+    bad = model.parent / "bad.npy"
+    bad.write_bytes(_npy(header, data))
+    code = main(["run", str(model), "--input", f"x={bad}"])
+    _refused(capsys, code, "--input x: ", str(bad), *words)
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")

@@ -6,12 +6,14 @@ import argparse
 import contextlib
 import math
 import os
+import tokenize
 from pathlib import Path
 from typing import BinaryIO
 
 from polyhal.cli.paths import check_target, check_trace_path, writable_folder
 from polyhal.errors import PolyhalError
 from polyhal.files import open_regular, write_atomically
+from polyhal.ir.limits import current_limits
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -80,6 +82,9 @@ def _save_npy(path: Path, array: object) -> None:
 
 
 _NPY_MAGIC = b"\x93NUMPY"
+_DAMAGED_NPY = (OSError, ValueError, SyntaxError, TypeError, OverflowError,
+                tokenize.TokenError)
+"""What numpy's npy reader raises on a damaged header (it parses a Python literal)."""
 
 
 def _read_npy(name: str, file: Path) -> object:
@@ -96,20 +101,25 @@ def _read_npy(name: str, file: Path) -> object:
             _check_npy_size(name, file, stream)
             stream.seek(0)
             return np.load(stream, allow_pickle=False)
-    except (OSError, ValueError) as exc:
+    except _DAMAGED_NPY as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise PolyhalError(f"--input {name}: cannot read {file} as a .npy array "
-                           f"({reason})") from None
+                           f"({type(exc).__name__}: {reason})") from None
 
 
 def _check_npy_size(name: str, file: Path, stream: BinaryIO) -> None:
-    """Refuse a .npy file whose header declares more data than the file holds."""
+    """Refuse a .npy file whose header declares a shape that is not one (a dim that is
+    negative or not an integer), one over the limits, or more data than the file holds."""
     import numpy as np
 
     version = np.lib.format.read_magic(stream)
     read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
                    else np.lib.format.read_array_header_2_0)
     shape, _, dtype = read_header(stream)
+    if any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in shape):
+        raise PolyhalError(f"--input {name}: {file} is corrupt: its header declares shape "
+                           f"{shape!r} (dimensions are integers >= 0)")
+    current_limits().check_shape(shape, f"--input {name}: {file}")
     declared = math.prod(shape) * dtype.itemsize
     held = os.fstat(stream.fileno()).st_size - stream.tell()
     if not dtype.hasobject and declared > held:
