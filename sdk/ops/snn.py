@@ -232,8 +232,13 @@ def _threshold(x: np.ndarray, threshold: np.ndarray) -> np.ndarray:
     return (x > threshold).astype(x.dtype)
 
 
+MAX_DELAY_STEPS = 2**31 - 1
+"""The longest delay, in steps (at dt = 1 ms, 24 days)."""
+
+
 def delay_steps(delay: np.ndarray, dt: float, where: str = "snn.Delay") -> np.ndarray:
-    """Delays in seconds as whole numbers of steps; an error unless each is one."""
+    """Delays in seconds as whole numbers of steps; an error unless each is one, from 0
+    to :data:`MAX_DELAY_STEPS`."""
     steps = np.asarray(delay, np.float64) / dt
     rounded = np.rint(steps)
     # 1e-4 of a step: float32 delays are off by ~1e-7 relative, and no one means 2.0001.
@@ -241,6 +246,9 @@ def delay_steps(delay: np.ndarray, dt: float, where: str = "snn.Delay") -> np.nd
             steps, rounded, rtol=0, atol=1e-4):
         raise VerificationError(f"{where}: delays must be non-negative whole multiples of "
                                 f"dt={dt}, got {np.asarray(delay).reshape(-1)[:4].tolist()}")
+    if np.any(rounded > MAX_DELAY_STEPS):
+        raise VerificationError(f"{where}: a delay of {float(rounded.max()):g} steps (dt={dt}) "
+                                f"is over the limit of {MAX_DELAY_STEPS} steps")
     return rounded.astype(np.int64)
 
 

@@ -134,3 +134,12 @@ def test_a_path_with_a_nul_byte_is_a_serialization_error(tmp_path):
     with pytest.raises(SerializationError, match=r"cannot read NIR file \(the path holds a NUL "
                                                  r"byte\)"):
         load_nir(str(tmp_path / "a\x00.nir"), dt=DT)
+
+
+def test_a_delay_too_long_to_count_in_steps_is_refused_not_wrapped_around():
+    """1e300 s is 1e303 steps at this dt: cast to int64 it wrapped to a negative count,
+    and the reference passed the input straight through."""
+    graph = _chain([1], d=nir.Delay(delay=np.array([1e300])))
+    with pytest.raises(VerificationError, match=r"node 'd' \(snn.Delay\): a delay of 2e\+300 "
+                                                r"steps \(dt=0.5\) is over the limit"):
+        load_nir(graph, dt=DT)

@@ -866,3 +866,19 @@ def test_load_model_and_polyhal_run_read_onnx(tmp_path):
                                rtol=1e-6)
     compiled = polyhal.compile(load_onnx(path), device="template", fallback="reference")
     np.testing.assert_allclose(compiled(x)["y"], [[0, np.tanh(2)]], rtol=1e-6)
+
+
+@pytest.mark.parametrize(("code", "dtype"), [(TensorProto.FLOAT16, np.float16),
+                                             (TensorProto.BFLOAT16, DType.BFLOAT16.numpy)])
+def test_16_bit_initializers_stored_as_bit_patterns_in_int32_data_load(code, dtype):
+    """``helper.make_tensor`` (and the ONNX spec) keep float16 and bfloat16 values as
+    their bit patterns in ``int32_data``; float16 was read as a number and refused."""
+    values = np.array([1.5, -2.25, 0.0, 448.0], dtype)
+    weights = helper.make_tensor("w", code, [4], values)
+    assert not weights.HasField("raw_data") and len(weights.int32_data) == 4
+    graph = helper.make_graph([helper.make_node("Identity", ["w"], ["y"])], "g", [],
+                              [helper.make_tensor_value_info("y", code, [4])], [weights])
+    loaded = load_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    assert loaded.constants["w"].dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(loaded.constants["w"].astype(np.float32),
+                                  values.astype(np.float32))

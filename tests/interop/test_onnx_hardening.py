@@ -3,6 +3,8 @@ the dimension at fault."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from onnx import TensorProto, helper
 
@@ -43,4 +45,32 @@ def test_a_flatten_of_long_symbolic_dims_names_the_node_and_dimension():
     with pytest.raises(LimitExceededError, match=r"node 'Flatten_0' \(core.Flatten\): dimension "
                                                  r"'symbol_number_0\*symbol_number_1\*.*"
                                                  r"characters long in canonical form"):
+        load_onnx(model)
+
+
+@pytest.mark.parametrize(("node", "opset", "inputs", "message"), [
+    (helper.make_node("Softmax", [], ["y"]), 11, [], "0 inputs, where version 11 takes 1"),
+    (helper.make_node("Softmax", ["x"], ["y"], axis="a"), 11, ["x"],
+     "attribute 'axis' is STRING, where version 11 takes INT"),
+    (helper.make_node("Softmax", ["x"], [], axis=0), 11, ["x"],
+     "0 outputs, where version 11 takes 1"),
+    (helper.make_node("ReduceSum", ["x"], ["y"], axes=[float("nan")]), 11, ["x"],
+     "attribute 'axes' is FLOATS, where version 11 takes INTS"),
+    (helper.make_node("Clip", [], ["y"], min=0.0), 6, [], "0 inputs, where version 6 takes 1"),
+    (helper.make_node("Add", ["x", ""], ["y"]), 17, ["x"], "input 1 is required but empty"),
+    (helper.make_node("Concat", [], ["y"], axis=0), 17, [], "0 inputs, where version 13 takes "
+                                                             "at least 1"),
+], ids=["no-input", "string-axis", "no-output", "float-axes", "clip-6", "empty-input",
+        "variadic"])
+def test_a_node_that_breaks_its_onnx_schema_is_refused_naming_it(node, opset, inputs,
+                                                                  message):
+    """Old versions are rewritten into the current form before the node is checked: a
+    node with too few inputs or an attribute of another kind failed inside the rewrite,
+    with an IndexError or ValueError naming nothing."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph([node], "g", [x] if inputs else [], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    with pytest.raises(SerializationError, match=re.escape(
+            f"node '{node.op_type}_0' (ai.onnx.{node.op_type}, opset {opset}): {message}")):
         load_onnx(model)

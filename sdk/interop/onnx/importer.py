@@ -36,6 +36,7 @@ from polyhal.interop.onnx.versions import (
     RawNode,
     import_rule,
     newest_opset,
+    schema_problem,
     schema_version,
 )
 from polyhal.ir import dims as D
@@ -418,6 +419,9 @@ class _Importer:
         if version is None:
             raise SerializationError(f"{where}: ai.onnx.{op} does not exist in opset "
                                      f"{self.opset}")
+        problem = schema_problem(proto, self.opset)
+        if problem is not None:
+            raise SerializationError(f"{where}: {problem}")
         rule = import_rule(op, version)
         if rule is None:
             opdef = lookup(op, "core")
@@ -435,6 +439,11 @@ class _Importer:
             replacement = rule(raw, _Context(self), version)
         except UnsupportedError as exc:
             raise UnsupportedError(f"{where}: {exc}") from None
+        except PolyhalError:
+            raise
+        except (ArithmeticError, LookupError, TypeError, ValueError) as exc:
+            raise SerializationError(f"{where}: cannot rewrite version {version} into the "
+                                     f"current form ({type(exc).__name__}: {exc})") from None
         for new in replacement:
             self._add(new, version)
 

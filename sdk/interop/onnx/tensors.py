@@ -113,13 +113,15 @@ class TensorReader:
             return np.array(values, dtype=dtype.numpy)
         wide = np.array(values, dtype=np.int64)
         storage = _storage(dtype)
-        info = np.iinfo(storage)
+        # float16 is stored as its bit pattern (ONNX's TensorProto), as bfloat16 is.
+        bits = np.dtype(np.uint16) if dtype is DType.FLOAT16 else storage
+        info = np.iinfo(bits)
         low = 0 if dtype is DType.BOOL else info.min
         high = 1 if dtype is DType.BOOL else info.max
         if wide.size and (wide.min() < low or wide.max() > high):
             raise SerializationError(f"{where}: int32_data holds values outside the range of "
                                      f"{dtype}")
-        return wide.astype(storage)
+        return wide.astype(bits).view(storage)
 
 
 def encode(array: np.ndarray, name: str) -> TensorProto:

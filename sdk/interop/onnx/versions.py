@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import onnx.defs
+from onnx import AttributeProto, NodeProto
 
 from polyhal.errors import UnsupportedError
 from polyhal.ir.dtypes import DType
@@ -585,6 +586,31 @@ def schema_version(op: str, opset: int) -> int | None:
         return int(onnx.defs.get_schema(op, opset, "").since_version)
     except onnx.defs.SchemaError:
         return None
+
+
+def schema_problem(node: NodeProto, opset: int) -> str | None:
+    """What in ``node`` breaks the schema of its ``ai.onnx`` op at ``opset``: its input or
+    output count, a required input or output left empty, an attribute of another kind;
+    None when nothing does. Import rules rewrite a node assuming its schema holds."""
+    schema = onnx.defs.get_schema(node.op_type, opset, "")
+    version = f"version {schema.since_version}"
+    for kind, names, low, high in (("input", node.input, schema.min_input, schema.max_input),
+                                   ("output", node.output, schema.min_output,
+                                    schema.max_output)):
+        if not low <= len(names) <= high:
+            takes = f"at least {low}" if high >= 2**31 - 1 else (
+                f"{low}" if low == high else f"{low} to {high}")
+            return f"{len(names)} {kind}s, where {version} takes {takes}"
+        empty = [i for i in range(low) if not names[i]]
+        if empty:
+            return f"{kind} {empty[0]} is required but empty"
+    for attribute in node.attribute:
+        declared = schema.attributes.get(attribute.name)
+        if declared is not None and int(declared.type) != attribute.type:
+            given = AttributeProto.AttributeType.Name(attribute.type)
+            wanted = AttributeProto.AttributeType.Name(int(declared.type))
+            return f"attribute {attribute.name!r} is {given}, where {version} takes {wanted}"
+    return None
 
 
 def onnx_attr_types(op: str, opset: int) -> dict[str, Any]:
