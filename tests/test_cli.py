@@ -87,7 +87,7 @@ def test_run_a_nir_network(tmp_path):
     (("run", "model.pb"), "unknown model format '.pb'"),
     (("run", "missing.onnx"), "cannot read model file"),
     (("run", "{model}", "--input", "x"), "expected NAME=FILE.npy"),
-    (("run", "{model}", "--input", "x=nope.npy"), "cannot read nope.npy"),
+    (("run", "{model}", "--input", "x=nope.npy"), "nope.npy: cannot read --input x (No such file"),
     (("run", "{model}", "--input", "x={pickle}"), "cannot read"),
     (("run", "{model}", "--input", "x={model}"), "is not a .npy file"),
     (("run", "{model}", "--input", "x={x}", "--input", "x={x}"), "--input x: given twice"),
