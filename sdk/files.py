@@ -17,6 +17,7 @@ b'weights'
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import stat
@@ -93,12 +94,15 @@ def write_atomically(path: str | os.PathLike[str],
     through a temporary file in the same folder, flushed to disk and renamed over
     ``path`` at the end: a failure (an exception from ``data`` included) leaves
     ``path`` as it was and no temporary file behind. A symbolic link at ``path`` is
-    replaced, never written through. The file gets the permissions of any new
+    replaced, never written through; anything else but a regular file there (a folder,
+    a FIFO, a device such as ``/dev/null``, a socket) is left alone: a
+    ``FileExistsError``. The file gets the permissions of any new
     file (the umask's), not the ``0600`` of :func:`tempfile.mkstemp`.
 
     Raises the ``OSError`` of a failed write; it names ``path``, never the
     temporary file."""
     path = Path(path)
+    _check_replaceable(path)
     temporary = path.with_name(f".{path.name[:_MAX_STEM]}.{secrets.token_hex(6)}.tmp")
     try:
         fd = os.open(temporary, _CREATE_FLAGS, 0o666)
@@ -117,6 +121,20 @@ def write_atomically(path: str | os.PathLike[str],
         temporary.unlink(missing_ok=True)
         raise
     return path
+
+
+def _check_replaceable(path: Path) -> None:
+    """Raise ``FileExistsError`` if something other than a regular file or a symbolic
+    link is at ``path``: renaming a file over a FIFO or a device node would replace it."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except ValueError:  # a NUL byte in the path
+        raise OSError(errno.EINVAL, "the path holds a NUL byte", display(path)) from None
+    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        kind = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+        raise FileExistsError(errno.EEXIST, f"{kind}, which is not replaced", os.fspath(path))
 
 
 def probe_writable(folder: str | os.PathLike[str]) -> None:

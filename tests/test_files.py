@@ -54,6 +54,27 @@ def test_a_symbolic_link_is_replaced_not_written_through(tmp_path):
     assert not (tmp_path / "link").is_symlink() and (tmp_path / "link").read_bytes() == b"new"
 
 
+def test_a_folder_or_a_fifo_is_left_alone_not_replaced_by_a_file(tmp_path):
+    """Renaming the new file over a FIFO or a device node replaced it (as root, even
+    /dev/null): found by fuzzing train.fit(checkpoint=...)."""
+    (tmp_path / "folder").mkdir()
+    targets = [(tmp_path / "folder", "a folder", stat.S_ISDIR)]
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(tmp_path / "fifo")
+        targets.append((tmp_path / "fifo", "not a regular file", stat.S_ISFIFO))
+    for path, kind, is_kind in targets:
+        with pytest.raises(FileExistsError, match=f"{kind}, which is not replaced") as info:
+            write_atomically(path, b"data")
+        assert info.value.filename == str(path)
+        assert is_kind(os.lstat(path).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p, _, _ in targets)
+
+
+def test_a_path_with_a_nul_byte_is_an_os_error_naming_it(tmp_path):
+    with pytest.raises(OSError, match="the path holds a NUL byte"):
+        write_atomically(tmp_path / "a\x00b", b"data")
+
+
 def test_a_new_file_gets_the_umask_permissions_not_mkstemps(tmp_path, umask_022):
     assert _mode(write_atomically(tmp_path / "f", b"x")) == umask_022
 
