@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from polyhal.autodiff.reverse import check_differentiable
+from polyhal.errors import IRError
 from polyhal.ir.dtypes import FLOAT_TYPES
 from polyhal.ir.graph import Graph
 from polyhal.reference import ReferenceExecutor
@@ -83,6 +84,11 @@ def check_gradients(graph: Graph, inputs: Mapping[str, np.ndarray],
     """
     from polyhal.autodiff import vjp
 
+    if not isinstance(graph, Graph):
+        raise IRError(f"check_gradients: expected a Graph, got {type(graph).__name__}")
+    if not isinstance(inputs, Mapping):
+        raise IRError(f"check_gradients: inputs must map input names to arrays, got a "
+                      f"{type(inputs).__name__}")
     rng = np.random.default_rng(seed)
     names = list(wrt) if wrt is not None else [
         v.name for v in graph.inputs if v.type.dtype in FLOAT_TYPES]

@@ -116,11 +116,11 @@ def eliminate_common_subexpressions(graph: Graph) -> Graph:
 
     Identical constants are merged too. Graph outputs keep their names.
     """
-    rename = _duplicate_constants(graph.constants)
+    protected = {v.name for v in graph.outputs}
+    rename = _duplicate_constants(graph.constants, protected)
     constants = {k: v for k, v in graph.constants.items() if k not in rename}
     seen: dict[tuple[Any, ...], Node] = {}
     nodes: list[Node] = []
-    protected = {v.name for v in graph.outputs}
     for node in graph.nodes:
         key = _key(node, rename)
         first = seen.get(key)
@@ -138,10 +138,12 @@ def eliminate_common_subexpressions(graph: Graph) -> Graph:
     return Graph(graph.name, graph.inputs, graph.outputs, tuple(nodes), constants, graph.doc)
 
 
-def _duplicate_constants(constants: Mapping[str, np.ndarray]) -> dict[str, str]:
+def _duplicate_constants(constants: Mapping[str, np.ndarray],
+                         keep: set[str]) -> dict[str, str]:
     """Each constant whose dtype, shape and bytes equal an earlier one's -> that one's
-    name. Only constants that share their dtype, shape and first and last bytes with
-    another are hashed (a model's weight matrices of one shape differ there)."""
+    name, except those named in ``keep`` (graph outputs). Only constants that share their
+    dtype, shape and first and last bytes with another are hashed (a model's weight
+    matrices of one shape differ there)."""
     by_look: dict[tuple[Any, ...], list[str]] = {}
     for name, array in constants.items():
         flat = _bytes(array)
@@ -155,10 +157,10 @@ def _duplicate_constants(constants: Mapping[str, np.ndarray]) -> dict[str, str]:
         for name in names:
             array = constants[name]
             key = _content(array)
-            if key in by_content and _same_bytes(array, constants[by_content[key]]):
-                rename[name] = by_content[key]
-            else:
+            if key not in by_content:
                 by_content[key] = name
+            elif name not in keep and _same_bytes(array, constants[by_content[key]]):
+                rename[name] = by_content[key]
     return rename
 
 

@@ -34,7 +34,7 @@ def bind_inputs(graph: Graph, args: Sequence[Any], kwargs: Mapping[str, Any]
         expected = value.type
         if array is None:
             raise InputBindingError(f"{_input_where(value.name, expected)}: got None")
-        if not isinstance(array, np.ndarray):
+        if type(array) is not np.ndarray:
             array = _as_array(array, value.name, expected)
         if array.dtype != expected.dtype.numpy:
             array = _in_native_order(array, expected, value.name)
@@ -47,8 +47,12 @@ def bind_inputs(graph: Graph, args: Sequence[Any], kwargs: Mapping[str, Any]
 
 
 def _as_array(data: Any, name: str, expected: TensorType) -> np.ndarray:
-    """``data`` (a list, a scalar, a buffer) as an array; an InputBindingError if it is not
-    one (a ragged list, say)."""
+    """``data`` (a list, a scalar, a buffer, an ndarray subclass) as a plain ndarray; an
+    InputBindingError if it is not one (a ragged list, say) or is a masked array (numpy's
+    kernels would honour the mask, a device's would not see it)."""
+    if isinstance(data, np.ma.MaskedArray):
+        raise InputBindingError(f"{_input_where(name, expected)}: got a masked array; pass "
+                                "its data or array.filled(value)")
     try:
         return np.asarray(data)
     except (ValueError, TypeError) as exc:
@@ -137,7 +141,17 @@ class ReferenceExecutor:
             for value, array in zip(node.outputs, run_node(node, op, attrs, inputs, bindings),
                                     strict=True):
                 env[value.name] = array
-        return {v.name: env[v.name] for v in self.graph.outputs}
+        given = [env[v.name] for v in self.graph.inputs]
+        return {v.name: _not_aliasing(env[v.name], given) for v in self.graph.outputs}
+
+
+def _not_aliasing(array: np.ndarray, given: list[np.ndarray]) -> np.ndarray:
+    """``array``, or a copy where it may share memory with one of the caller's arrays (a
+    Transpose, Reshape or Identity returns a view of its input): writing to a result
+    must never change the caller's data."""
+    if any(np.may_share_memory(array, a) for a in given):
+        return array.copy()
+    return array
 
 
 def run(graph: Graph, *args: Any, **kwargs: Any) -> dict[str, np.ndarray]:

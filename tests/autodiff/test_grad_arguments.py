@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from polyhal import autodiff, ops
+from polyhal.autodiff.check import check_gradients
 from polyhal.errors import IRError
 from polyhal.ir import GraphBuilder, f32
 from polyhal.reference import run
@@ -27,6 +28,14 @@ def test_the_graph_must_be_a_graph(graph):
         with pytest.raises(IRError, match=rf"{transform.__name__}: expected a Graph, got "
                                           rf"{type(graph).__name__}"):
             transform(graph)
+
+
+def test_check_gradients_takes_a_graph_and_a_mapping_of_inputs():
+    with pytest.raises(IRError, match="check_gradients: expected a Graph, got NoneType"):
+        check_gradients(None, {})
+    with pytest.raises(IRError, match="check_gradients: inputs must map input names to "
+                                      "arrays, got a list"):
+        check_gradients(loss_graph(), [np.ones((2, 3), np.float32)])
 
 
 @pytest.mark.parametrize(("wrt", "shown"), [

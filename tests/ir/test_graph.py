@@ -124,6 +124,34 @@ def test_executor_checks_inputs():
         run(graph, z=np.zeros((2, 4), np.float32))
 
 
+@pytest.mark.parametrize("make", [ops.transpose, ops.identity,
+                                  lambda x: ops.reshape(x, np.array([4], np.int64))],
+                         ids=["transpose", "identity", "reshape"])
+def test_a_result_never_shares_memory_with_the_callers_input(make):
+    """Transpose, Identity and Reshape kernels return views of their input: written to,
+    a result changed the caller's array."""
+    g = GraphBuilder("views")
+    g.output(make(g.input("x", f32[2, 2])), name="y")
+    x = np.arange(4, dtype=np.float32).reshape(2, 2)
+    result = run(g.build(), x)["y"]
+    result[...] = -1
+    np.testing.assert_array_equal(x, np.arange(4, dtype=np.float32).reshape(2, 2))
+
+
+def test_ndarray_subclasses_run_as_plain_arrays_and_masked_arrays_are_refused():
+    """numpy's kernels honour a mask that a device's upload drops: refused, so that every
+    device sees the same input."""
+    g = GraphBuilder("sum")
+    g.output(ops.reduce_sum(g.input("x", f32[2, 2]), keepdims=0), name="y")
+    graph = g.build()
+    tagged = np.ones((2, 2), np.float32).view(type("Tagged", (np.ndarray,), {}))
+    assert type(run(graph, tagged)["y"]) is np.ndarray and run(graph, tagged)["y"] == 4
+    masked = np.ma.masked_array(np.ones((2, 2), np.float32), mask=[[0, 1], [0, 0]])
+    with pytest.raises(InputBindingError, match=r"input 'x' \(expects float32\[2, 2\]\): got a "
+                                                "masked array"):
+        run(graph, masked)
+
+
 def test_symbols_bind_consistently_across_inputs():
     g = GraphBuilder()
     a = g.input("a", f32["n"])

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import polyhal
 from polyhal import ops
 from polyhal.ir import Graph, GraphBuilder, f32, f64
 from polyhal.passes import (
@@ -81,6 +82,23 @@ def test_cse_keeps_graph_outputs_distinct():
     assert [v.name for v in graph.outputs] == ["a", "b"]
     out = run(graph, np.zeros(3, np.float32))
     np.testing.assert_array_equal(out["a"], out["b"])
+
+
+def test_cse_keeps_a_graph_output_that_folds_to_a_copy_of_another_constant():
+    """``relu(w)`` folds to a constant named ``y`` with ``w``'s bytes: merging it into ``w``
+    left output ``y`` defined by nothing, and ``cpu`` refused the graph."""
+    g = GraphBuilder("folded")
+    x = g.input("x", f32[2])
+    w = g.constant(np.ones(2, np.float32), name="w")
+    g.output(ops.relu(w), x + w, names=["y", "z"])
+    graph = g.build()
+    simplified = simplify(graph)
+    assert [v.name for v in simplified.outputs] == ["y", "z"] and "y" in simplified.constants
+    xs = np.array([1, -2], np.float32)
+    expected = run(graph, xs)
+    for result in (run(simplified, xs), polyhal.compile(graph, device="cpu")(xs)):
+        np.testing.assert_array_equal(result["y"], expected["y"])
+        np.testing.assert_array_equal(result["z"], expected["z"])
 
 
 def test_cse_compares_every_byte_of_constants_that_look_alike():
