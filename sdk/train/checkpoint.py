@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,15 +37,58 @@ class Checkpoint:
     meta: dict[str, Any]
 
 
+_KINDS = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+"""What a path that is neither a file nor a directory may be, as errors name it."""
+
+
 def checkpoint_path(path: Any) -> Path:
-    """``path`` as a :class:`~pathlib.Path`, when it names a file (existing or not)."""
+    """``path`` as a :class:`~pathlib.Path`, when it names a regular file or nothing yet.
+
+    Anything else at ``path`` is refused, since a write would replace it: a directory,
+    a named pipe, a device, a socket, a symbolic link to one of those or to nothing.
+    So is a path the system cannot take (a NUL byte, a name too long)."""
     if not isinstance(path, str | os.PathLike) or not str(path):
         raise CheckpointError(f"checkpoint={path!r} must be a file path (str or os.PathLike)")
-    target = Path(path)
-    if target.is_dir():
-        raise CheckpointError(f"checkpoint {target} is a directory; name a file in it, e.g. "
-                              f"{target / 'run.ckpt'}")
+    try:
+        target = Path(path)
+    except TypeError:  # an os.PathLike whose __fspath__ gives bytes
+        raise CheckpointError(f"checkpoint={path!r} must be a file path (str or "
+                              "os.PathLike)") from None
+    if "\0" in str(target):
+        raise CheckpointError(f"checkpoint {str(target)!r}: a path cannot hold a NUL byte")
+    try:
+        info = os.lstat(target)
+    except FileNotFoundError:
+        return target  # a new file (its folders are made when it is written)
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"checkpoint {target}: cannot use this path "
+                              f"({getattr(exc, 'strerror', None) or exc})") from None
+    if stat.S_ISLNK(info.st_mode):
+        try:
+            info = os.stat(target)
+        except (OSError, ValueError) as exc:
+            reason = ("it points to nothing" if isinstance(exc, FileNotFoundError) else
+                      f"cannot follow it: {getattr(exc, 'strerror', None) or exc}")
+            raise CheckpointError(f"checkpoint {target} is a symbolic link and {reason}; "
+                                  "name a regular file or a new path") from None
+        _refuse_special(target, info.st_mode, "is a symbolic link to")
+    else:
+        _refuse_special(target, info.st_mode, "is")
     return target
+
+
+def _refuse_special(target: Path, mode: int, verb: str) -> None:
+    """Refuse anything but a regular file at ``target``, naming what it is."""
+    if stat.S_ISREG(mode):
+        return
+    if stat.S_ISDIR(mode):
+        raise CheckpointError(f"checkpoint {target} {verb} a directory; name a file in it, "
+                              f"e.g. {target / 'run.ckpt'}")
+    kind = next((name for test, name in _KINDS if test(mode)), "a special file")
+    raise CheckpointError(f"checkpoint {target} {verb} {kind}, not a regular file; name a "
+                          "regular file (or a new path, to write one), since a checkpoint is "
+                          "never written over anything else")
 
 
 def save_checkpoint(path: str | os.PathLike[str], arrays: Mapping[str, np.ndarray],

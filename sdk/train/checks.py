@@ -10,7 +10,13 @@ from collections.abc import Callable, Sequence
 from numbers import Integral, Real
 from typing import Any
 
+import numpy as np
+
 from polyhal.errors import TrainingError
+
+MAX_LR = float(np.finfo(np.float32).max)
+"""The largest learning rate: the rate is a float32 graph input (``lr``), and a larger one
+is infinite there, which would turn every updated weight into inf or NaN."""
 
 MODEL_METHODS = ("graph", "parameters", "trainable_names", "state_dict", "load_state_dict")
 """What training calls on a model (:class:`polyhal.nn.Module` has them all)."""
@@ -25,14 +31,29 @@ def count(value: Any, name: str, where: str, minimum: int = 0) -> int:
     return int(value)
 
 
+def is_lr(value: Any) -> bool:
+    """Whether ``value`` is a learning rate: a number >= 0 that is finite in float32
+    (at most :data:`MAX_LR`)."""
+    # compared, never converted: float(10 ** 400) would raise OverflowError
+    return not isinstance(value, bool) and isinstance(value, Real) and 0 <= value <= MAX_LR
+
+
+def learning_rate(value: Any, where: str) -> float:
+    """``value`` as a ``float``, when :func:`is_lr` holds."""
+    if not is_lr(value):
+        raise TrainingError(f"{where}: lr={shown(value)} must be a finite number >= 0 and "
+                            f"<= {MAX_LR:.8g} (the learning rate is a float32 graph input)")
+    return float(value)
+
+
 def scheduled_lr(value: Any, step: int, epoch: int) -> float:
     """What ``lr_schedule(step, epoch)`` returned, checked as optimizers check ``lr``:
-    a finite number >= 0."""
-    if isinstance(value, bool) or not isinstance(value, Real) or not (
-            math.isfinite(value) and value >= 0):
-        raise TrainingError(f"fit: lr_schedule({step}, {epoch}) returned {_shown(value)} for "
+    a finite number >= 0, finite in float32 too (at most :data:`MAX_LR`)."""
+    if not is_lr(value):
+        raise TrainingError(f"fit: lr_schedule({step}, {epoch}) returned {shown(value)} for "
                             f"step {step + 1} (epoch {epoch + 1}); it must return a finite "
-                            "number >= 0")
+                            f"number >= 0 and <= {MAX_LR:.8g} (the learning rate is a float32 "
+                            "graph input)")
     return float(value)
 
 
@@ -41,16 +62,20 @@ def clip_norm(value: Any, where: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, Real) or not value > 0:
-        raise TrainingError(f"{where}: clip_norm={value!r} must be a number > 0 (or None "
-                            "for no clipping)")
-    return None if math.isinf(value) else float(value)
+        raise TrainingError(f"{where}: clip_norm={shown(value)} must be a number > 0 (or "
+                            "None for no clipping)")
+    try:
+        value = float(value)
+    except OverflowError:  # an int past float's range clips nothing, as inf
+        return None
+    return None if math.isinf(value) else value
 
 
 def model(value: Any, where: str) -> None:
     """Refuse a ``model`` that lacks a method training calls."""
     missing = [m for m in MODEL_METHODS if not callable(getattr(value, m, None))]
     if missing:
-        raise TrainingError(f"{where}: model={_shown(value)} is not a model: it has no "
+        raise TrainingError(f"{where}: model={shown(value)} is not a model: it has no "
                             f"{', '.join(missing)} (pass a polyhal.nn.Module)")
 
 
@@ -62,8 +87,30 @@ def optimizer(value: Any, where: str) -> None:
         raise TrainingError(f"{where}: optimizer={value.__name__} is the class; pass an "
                             f"instance, e.g. optimizer={value.__name__}(...)")
     if not isinstance(value, Optimizer):
-        raise TrainingError(f"{where}: optimizer={_shown(value)} must be an optimizer such as "
+        raise TrainingError(f"{where}: optimizer={shown(value)} must be an optimizer such as "
                             "train.Adam(1e-3) or train.SGD(0.1)")
+    if not is_lr(getattr(value, "lr", None)):  # lr is an attribute: it may have been set
+        raise TrainingError(f"{where}: optimizer {type(value).__name__} has "
+                            f"lr={shown(getattr(value, 'lr', None))}; it must be a finite "
+                            f"number >= 0 and <= {MAX_LR:.8g} (the learning rate is a float32 "
+                            "graph input)")
+
+
+def device(value: Any, name: str, where: str, session: bool = False,
+           optional: bool = False) -> None:
+    """Refuse a ``device`` (or ``fallback``) that is not a device address (``str``), an
+    opened :class:`~polyhal.hal.Device`, a :class:`~polyhal.runtime.Session` (when
+    ``session``) or ``None`` (when ``optional``)."""
+    from polyhal.hal.contract import Device
+    from polyhal.runtime.session import Session
+
+    kinds: tuple[type, ...] = (str, Device, Session) if session else (str, Device)
+    if (value is None and optional) or isinstance(value, kinds):
+        return
+    kinds_shown = ["a device address such as 'cpu' or 'gpu:1'", "a Device",
+                   *(["a Session"] if session else []), *(["None"] if optional else [])]
+    expected = ", ".join(kinds_shown[:-1]) + " or " + kinds_shown[-1]
+    raise TrainingError(f"{where}: {name}={shown(value)} must be {expected}")
 
 
 def functions(value: Any, name: str, where: str) -> list[Callable[..., Any]]:
@@ -73,11 +120,12 @@ def functions(value: Any, name: str, where: str) -> list[Callable[..., Any]]:
         return []
     if callable(value) or isinstance(value, str) or not isinstance(value, Sequence) \
             or not all(callable(f) for f in value):
-        raise TrainingError(f"{where}: {name}={_shown(value)} must be a list of functions, "
+        raise TrainingError(f"{where}: {name}={shown(value)} must be a list of functions, "
                             f"e.g. {name}=[fn]")
     return list(value)
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
+    """``repr(value)``, cut to 60 characters, for an error message."""
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."

@@ -14,12 +14,14 @@ import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from numbers import Real
 from typing import Any
 
 import numpy as np
 
-from polyhal.errors import CheckpointError, DeviceError, TrainingError
+from polyhal.errors import CheckpointError, DeviceError, IRError, TrainingError
 from polyhal.hal.contract import Device
+from polyhal.ir.dtypes import DType
 from polyhal.ir.types import TensorType
 from polyhal.runtime.session import Session
 from polyhal.train import checks
@@ -67,20 +69,52 @@ def accuracy(predictions: np.ndarray, targets: np.ndarray, threshold: float = 0.
     return float(np.mean(guessed == (targets.astype(np.float32) > 0.5)))
 
 
+@dataclass(frozen=True)
+class _Metric:
+    """A metric function and how an error names it (``'f1' (metrics[1])``)."""
+
+    function: Metric
+    label: str
+
+    def __call__(self, predictions: np.ndarray, targets: np.ndarray, where: str) -> float:
+        """The metric on one batch, checked to be one real number."""
+        return _metric_value(self.function(predictions, targets), self.label, where)
+
+
+def _metric_value(value: Any, label: str, where: str) -> float:
+    """``value`` as a ``float``, when it is one real number (NaN and inf included): a bool,
+    an int or a float (numpy's too), or a numeric array of one element."""
+    number = value
+    if isinstance(number, np.ndarray | np.generic) and number.size == 1 \
+            and number.dtype.kind in "biuf":
+        number = number.item()  # a bool, int or float
+    if isinstance(number, Real | np.bool_):
+        try:
+            return float(number)
+        except OverflowError:
+            raise TrainingError(f"{where}: metric {label} returned {checks.shown(value)}, which is "
+                                "too large for a float") from None
+    raise TrainingError(f"{where}: metric {label} returned {checks.shown(value)}; a metric must "
+                        "return one number (a float, an int, a bool or a numeric array of "
+                        "one element)")
+
+
 def _metrics(metrics: Sequence[str | Metric] | None, loss: str | Loss
-             ) -> dict[str, Metric]:
+             ) -> dict[str, _Metric]:
     if metrics is None:
         metrics = ["accuracy"] if loss in _CLASSIFICATION else []
     if isinstance(metrics, str) or callable(metrics) or not isinstance(metrics, Sequence):
         raise TrainingError(f"metrics={metrics!r} must be a list of metric names or functions, "
                             f"e.g. metrics=[{metrics!r}]")
     threshold = 0.0 if loss == "binary_cross_entropy_with_logits" else 0.5
-    chosen: dict[str, Metric] = {}
-    for metric in metrics:
-        if metric == "accuracy":
-            chosen["accuracy"] = lambda p, t: accuracy(p, t, threshold)
+    chosen: dict[str, _Metric] = {}
+    for index, metric in enumerate(metrics):
+        if isinstance(metric, str) and metric == "accuracy":
+            chosen["accuracy"] = _Metric(lambda p, t: accuracy(p, t, threshold),
+                                         f"'accuracy' (metrics[{index}])")
         elif callable(metric):
-            chosen[getattr(metric, "__name__", "metric")] = metric
+            name = getattr(metric, "__name__", "metric")
+            chosen[name] = _Metric(metric, f"{name!r} (metrics[{index}])")
         else:
             raise TrainingError(f"unknown metric {metric!r} (known: 'accuracy', or a "
                                 "function of (predictions, targets))")
@@ -94,6 +128,32 @@ def input_dtype(model: Model) -> np.dtype:
         if param.dtype.is_float:
             return np.dtype(param.dtype.numpy)
     return np.dtype(np.float32)
+
+
+def _has_dtype(dtype: np.dtype) -> bool:
+    """Whether polyhal has a dtype for the numpy ``dtype``."""
+    try:
+        DType.from_numpy(dtype)
+    except IRError:
+        return False
+    return True
+
+
+def _targets(y: np.ndarray, what: str) -> np.ndarray:
+    """``y`` as the graphs take it: unsigned integer labels polyhal has no dtype for
+    (uint16, uint32, uint64) become int64; any other dtype it lacks is refused."""
+    if _has_dtype(y.dtype):
+        return y
+    if y.dtype.kind == "u":
+        too_large = np.flatnonzero(y > np.iinfo(np.int64).max)
+        if too_large.size:
+            sample = np.unravel_index(too_large[0], y.shape)[0]
+            raise TrainingError(f"{what}: targets: label {y.flat[too_large[0]]} of sample "
+                                f"{sample} does not fit int64 ({too_large.size} of {y.size} "
+                                f"{y.dtype} labels are too large; labels are taken as int64)")
+        return y.astype(np.int64)
+    raise TrainingError(f"{what}: targets have dtype {y.dtype}, which polyhal has no dtype "
+                        "for (pass integer labels or float targets)")
 
 
 def _check_arrays(x: Any, y: Any, what: str, dtype: np.dtype) -> Batch:
@@ -110,7 +170,11 @@ def _check_arrays(x: Any, y: Any, what: str, dtype: np.dtype) -> Batch:
         raise TrainingError(f"{what}: inputs must be numeric, got {x.dtype}")
     if x.dtype.kind == "f" and x.dtype != dtype:
         x = x.astype(dtype)  # float inputs take the model's dtype
-    return x, y
+    if not _has_dtype(x.dtype):
+        raise TrainingError(f"{what}: inputs have dtype {x.dtype}, which polyhal has no "
+                            "dtype for (pass float inputs or int8/uint8/int16/int32/int64 "
+                            "ones)")
+    return x, _targets(y, what)
 
 
 class _Data:
@@ -187,12 +251,14 @@ def evaluate(model: Model, data: Batch | Iterable[Batch], *, loss: str | Loss = 
              metrics: Sequence[str | Metric] | None = None,
              device: str | Device | Session = "cpu",
              batch_size: int = 256, precision: str = "fp32",
-             fallback: str | None = "reference") -> dict[str, float]:
+             fallback: str | Device | None = "reference") -> dict[str, float]:
     """The loss and metrics of ``model`` on ``data`` (means over samples), computed on
     ``device`` in ``precision``."""
     import polyhal
 
     checks.model(model, "evaluate")
+    checks.device(device, "device", "evaluate", session=True)
+    checks.device(fallback, "fallback", "evaluate", optional=True)
     loss_fn = get_loss(loss)
     chosen = _metrics(metrics, loss)
     compute_dtype(precision)  # an unknown precision fails before any work
@@ -205,7 +271,7 @@ def evaluate(model: Model, data: Batch | Iterable[Batch], *, loss: str | Loss = 
     compiled: dict[tuple[TensorType, TensorType], Any] = {}
     predictions: dict[tuple[TensorType, TensorType], TensorType] = {}
     params = model.state_dict()
-    for x, y in batches.batches(0):
+    for index, (x, y) in enumerate(batches.batches(0)):
         key = (TensorType.of(x), TensorType.of(y))
         if key not in compiled:
             graph = loss_graph(forward_graph(model, key[0], precision), key[1], loss_fn, False)
@@ -217,7 +283,7 @@ def evaluate(model: Model, data: Batch | Iterable[Batch], *, loss: str | Loss = 
         sums.add("samples", 1.0, len(x))
         sums.add("loss", float(out["loss"]), len(x))
         for name, metric in chosen.items():
-            sums.add(name, metric(out["y"], y), len(x))
+            sums.add(name, metric(out["y"], y, f"evaluate: batch {index + 1}"), len(x))
     return sums.means(["loss", *chosen])
 
 
@@ -230,7 +296,7 @@ def fit(model: Model, data: Batch | Iterable[Batch], *, epochs: int = 1, batch_s
         checkpoint: str | os.PathLike[str] | None = None,
         checkpoint_every: int | str = "epoch", resume: bool = False, progress: bool = True,
         callbacks: Sequence[Callable[[StepInfo], Any]] | None = (),
-        fallback: str | None = "reference", max_recoveries: int = 3) -> History:
+        fallback: str | Device | None = "reference", max_recoveries: int = 3) -> History:
     """Train ``model`` on ``data`` and return the per-epoch :class:`History`.
 
     ``data`` is ``(inputs, targets)`` arrays (shuffled each epoch when ``shuffle``)
@@ -239,7 +305,8 @@ def fit(model: Model, data: Batch | Iterable[Batch], *, epochs: int = 1, batch_s
     :class:`~polyhal.runtime.Session` each batch is split into the session's
     micro-batches (see :mod:`polyhal.train.parallel`). ``optimizer``
     defaults to ``Adam(1e-3)``; ``lr_schedule(step, epoch)`` overrides its learning
-    rate per step (a finite number >= 0). ``precision="fp16"|"bf16"`` trains with
+    rate per step (a finite number >= 0, at most float32's largest: the rate is a float32
+    graph input). ``precision="fp16"|"bf16"`` trains with
     mixed precision (see :mod:`polyhal.train.precision`); ``clip_norm`` clips the
     gradients' global L2 norm (``None`` or ``inf``: no clipping). A step whose loss
     or gradients are not all finite is skipped in every precision (weights and
@@ -267,6 +334,9 @@ def fit(model: Model, data: Batch | Iterable[Batch], *, epochs: int = 1, batch_s
     seed = checks.count(seed, "seed", "fit")
     batch_size = checks.count(batch_size, "batch_size", "fit", minimum=1)
     checks.model(model, "fit")
+    checks.device(device, "device", "fit", session=True)
+    checks.device(fallback, "fallback", "fit", optional=True)
+    compute_dtype(precision)  # an unknown precision fails before any work
     clip_norm = checks.clip_norm(clip_norm, "fit")
     if lr_schedule is not None and not callable(lr_schedule):
         raise TrainingError(f"fit: lr_schedule={lr_schedule!r} must be a function "
@@ -327,7 +397,8 @@ def fit(model: Model, data: Batch | Iterable[Batch], *, epochs: int = 1, batch_s
                         sums.add("samples", 1.0, len(x))
                         sums.add("loss", result.loss, len(x))
                         for name, metric in chosen.items():
-                            sums.add(name, metric(result.predictions, y), len(x))
+                            sums.add(name, metric(result.predictions, y, f"fit: {position}"),
+                                    len(x))
                     else:
                         history.skipped_steps += 1
                     bar.update(epoch, done, result.loss)

@@ -149,6 +149,6 @@ def get_loss(loss: str | Loss) -> Loss:
     """A loss given by name or as a function."""
     if callable(loss):
         return loss
-    if loss not in LOSSES:
+    if not isinstance(loss, str) or loss not in LOSSES:
         raise IRError(f"unknown loss {loss!r} (known: {', '.join(LOSSES)})")
     return LOSSES[loss]

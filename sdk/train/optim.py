@@ -18,6 +18,7 @@ import numpy as np
 from polyhal import ops
 from polyhal.errors import IRError
 from polyhal.ir.builder import Var
+from polyhal.train.checks import MAX_LR, shown
 
 
 def _check(name: str, value: float, low: float, high: float | None = None,
@@ -25,7 +26,10 @@ def _check(name: str, value: float, low: float, high: float | None = None,
     try:
         value = float(value)
     except (TypeError, ValueError):
-        raise IRError(f"optimizer argument {name}={value!r} must be a number") from None
+        raise IRError(f"optimizer argument {name}={shown(value)} must be a number") from None
+    except OverflowError:
+        raise IRError(f"optimizer argument {name}={shown(value)} is too large: it must be "
+                      "a finite number") from None
     ok = value >= low and (high is None or (value <= high if closed_high else value < high))
     if not ok or not np.isfinite(value):
         bound = "" if high is None else f" and {'<=' if closed_high else '<'} {high}"
@@ -43,6 +47,10 @@ class Optimizer(ABC):
 
     def __init__(self, lr: float) -> None:
         self.lr = _check("lr", lr, 0.0)
+        if self.lr > MAX_LR:
+            raise IRError(f"optimizer argument lr={self.lr} must be <= {MAX_LR:.8g}: the "
+                          "learning rate is a float32 graph input, where a larger one is "
+                          "infinite")
 
     def init_state(self, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Zeros for every slot of every parameter (and the step count)."""

@@ -102,7 +102,9 @@ class SessionTrainer:
 
     def step(self, x: np.ndarray, y: np.ndarray, lr: float) -> StepResult:
         """One optimization step on one batch; updates the model's parameters (in
-        fp16/bf16 only when every gradient is finite, as in :mod:`polyhal.train.precision`)."""
+        fp16/bf16 only when every gradient is finite, as in :mod:`polyhal.train.precision`).
+        ``lr`` must be finite in float32 (see :data:`~polyhal.train.checks.MAX_LR`)."""
+        lr = checks.learning_rate(lr, "SessionTrainer.step")
         size = self.session.micro_batch
         assert size is not None
         params = self.model.state_dict()

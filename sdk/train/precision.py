@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 
 from polyhal.errors import TrainingError
 from polyhal.ir.dtypes import DType
+from polyhal.train.checks import shown
 
 PRECISIONS: dict[str, DType | None] = {"fp32": None, "fp16": DType.FLOAT16,
                                        "bf16": DType.BFLOAT16}
@@ -26,9 +27,12 @@ PRECISIONS: dict[str, DType | None] = {"fp32": None, "fp16": DType.FLOAT16,
 
 
 def compute_dtype(precision: str) -> DType | None:
-    """The low-precision dtype of ``precision``, ``None`` for fp32."""
-    if precision not in PRECISIONS:
-        raise TrainingError(f"precision={precision!r} must be one of {', '.join(PRECISIONS)}")
+    """The low-precision dtype of ``precision``, ``None`` for fp32; a
+    :class:`~polyhal.errors.TrainingError` for anything but one of the names (a list or
+    another unhashable value included)."""
+    if not isinstance(precision, str) or precision not in PRECISIONS:
+        raise TrainingError(f"precision={shown(precision)} must be one of the names "
+                            f"{', '.join(map(repr, PRECISIONS))}")
     return PRECISIONS[precision]
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from polyhal.errors import CheckpointError
+from polyhal.train.checks import shown
 from polyhal.train.history import History
 
 _COUNTERS = ("step", "epoch", "batch")
@@ -75,7 +76,7 @@ def resume_point(meta: Mapping[str, Any], where: str,
     current loss scaler's, whose keys and value types the saved one must have."""
     def bad(field: str, expected: str) -> CheckpointError:
         return CheckpointError(f"checkpoint {where}: {field}: expected {expected}, got "
-                               f"{_shown(meta.get(field))}")
+                               f"{shown(meta.get(field))}")
 
     for field in _COUNTERS:
         if not _count(meta.get(field)):
@@ -116,8 +117,3 @@ def _same_kind(saved: Any, current: Any) -> bool:
     if isinstance(current, int):
         return isinstance(saved, int) and not isinstance(saved, bool)
     return _number(saved)
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."

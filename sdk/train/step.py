@@ -171,9 +171,11 @@ class Trainer:
 
     def __init__(self, model: Model, loss: Loss, optimizer: Optimizer, device: str | Device = "cpu",
                  precision: str = "fp32", clip_norm: float | None = None,
-                 fallback: str | None = "reference") -> None:
+                 fallback: str | Device | None = "reference") -> None:
         checks.model(model, "Trainer")
         checks.optimizer(optimizer, "Trainer")
+        checks.device(device, "device", "Trainer")
+        checks.device(fallback, "fallback", "Trainer", optional=True)
         self.model, self.loss, self.optimizer = model, loss, optimizer
         self.device, self.fallback = device, fallback_for(device, fallback)
         self.precision, self.clip_norm = precision, checks.clip_norm(clip_norm, "Trainer")
@@ -197,7 +199,9 @@ class Trainer:
 
     def step(self, x: np.ndarray, y: np.ndarray, lr: float) -> StepResult:
         """One optimization step on one batch; updates the model's parameters unless the
-        loss or a gradient is not finite (then the step is skipped)."""
+        loss or a gradient is not finite (then the step is skipped). ``lr`` must be finite
+        in float32 (see :data:`~polyhal.train.checks.MAX_LR`)."""
+        lr = checks.learning_rate(lr, "Trainer.step")
         compiled = self._compiled_step(x, y)
         check_targets(self.loss, compiled.source.value_type("y"), y, "training data")
         params = self.model.state_dict()
