@@ -7,7 +7,9 @@ and the call; any other exception escaping an adapter becomes a
 :class:`DeviceError` (``PolyhalError`` subclasses pass through unchanged). The
 caller's arguments are checked before the adapter sees them: a wrong one is the
 caller's error (:class:`InputBindingError` for arrays and buffers, a
-:class:`PolyhalError` otherwise), never blamed on the adapter.
+:class:`PolyhalError` otherwise), never blamed on the adapter. So is an array that
+cannot be copied for want of memory (a ``MemoryError`` while it is uploaded): it is
+the caller's :class:`InputBindingError` naming its shape and size, not a device fault.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from polyhal.hal.contract import (
     Executable,
     Profile,
     buffer_checksum,
+    compile_options_problem,
 )
 from polyhal.ir import dims as D
 from polyhal.ir.graph import Graph
@@ -52,6 +55,50 @@ def guarded(where: str, call: Callable[..., T], *args: Any) -> T:
         raise
     except Exception as exc:
         raise DeviceError(f"{where} raised {type(exc).__name__}: {exc}") from exc
+
+
+def host_array(array: Any, where: str) -> tuple[np.ndarray, TensorType]:
+    """The caller's ``array`` as a device takes it (in native byte order), and its type.
+    An :class:`InputBindingError` naming ``where`` unless it is a numpy array, and for a
+    masked array (a device would drop its mask, where numpy's kernels honour it); an
+    :class:`IRError` for a dtype polyhal does not have."""
+    if type(array) is not np.ndarray:
+        _check_array_class(array, where)
+    if not array.dtype.isnative:  # byte-swapped (>f4 on x86): the same values, natively
+        try:
+            array = array.astype(array.dtype.newbyteorder("="))
+        except MemoryError as exc:
+            raise uncopyable(where, array, exc) from exc
+    return array, TensorType.of(array, where)
+
+
+def _check_array_class(array: object, where: str) -> None:
+    """Raise unless ``array``, which is not exactly an ``ndarray``, is an ndarray subclass a
+    device may take."""
+    if not isinstance(array, np.ndarray):
+        raise InputBindingError(f"{where}: expected a numpy array, got {type(array).__name__}")
+    if isinstance(array, np.ma.MaskedArray):
+        raise InputBindingError(f"{where}: got a masked array, whose mask a device would "
+                                "ignore; pass its data or array.filled(value)")
+
+
+def uncopyable(where: str, array: np.ndarray, exc: MemoryError, name: str = "the array"
+               ) -> InputBindingError:
+    """The caller's error for ``array`` (called ``name``), which cannot be copied for want
+    of memory (a broadcast view, say, whose copy needs all of its ``nbytes``)."""
+    detail = f": {exc}" if str(exc) else ""
+    return InputBindingError(f"{where}: {name} ({array.dtype}, shape {array.shape}, "
+                             f"{_size(array.nbytes)}) cannot be copied: out of memory "
+                             f"(MemoryError{detail})")
+
+
+def _size(nbytes: int) -> str:
+    """``nbytes`` as a message gives it: ``20 bytes``, ``40000000000 bytes = 37.3 GiB``."""
+    units = ("KiB", "MiB", "GiB", "TiB", "PiB")
+    power = min(len(units), (nbytes.bit_length() - 1) // 10) if nbytes else 0
+    if power == 0:
+        return f"{nbytes} bytes"
+    return f"{nbytes} bytes = {nbytes / 1024 ** power:.1f} {units[power - 1]}"
 
 
 def open_checked(adapter: Adapter, index: int, options: Mapping[str, Any]) -> Device:
@@ -101,7 +148,7 @@ class CheckedExecutable(Executable):
         # Runs on every call: messages are formatted only for an error.
         device, graph = self.device, self.graph
         if not isinstance(inputs, list | tuple) or len(inputs) != len(graph.inputs):
-            raise InputBindingError(self._miscounted(inputs))
+            raise InputBindingError(self._miscounted(inputs, "buffers"))
         for value, buffer in zip(graph.inputs, inputs, strict=True):
             if not device.owns(buffer):
                 device.check_owned(buffer, f"{self._where}: input {value.name!r}",
@@ -138,21 +185,25 @@ class CheckedExecutable(Executable):
         :meth:`CheckedDevice.download`. An isolated device's worker makes these calls
         and checks, and answers them all in one reply: one round trip instead of one
         per call (:meth:`polyhal.hal.isolation.IsolatedExecutable.run_arrays`)."""
-        if self._isolated:
-            if not isinstance(arrays, list | tuple) or len(arrays) != len(self.graph.inputs):
-                raise InputBindingError(self._miscounted(arrays))
-            return self.inner.run_arrays(list(arrays))  # type: ignore[attr-defined]
         device = self.device
+        if not isinstance(arrays, list | tuple) or len(arrays) != len(self.graph.inputs):
+            raise InputBindingError(self._miscounted(arrays, "arrays"))
+        if self._isolated:
+            # Checked here, as an upload here would check them: the caller's arrays are
+            # the caller's error, told before anything is sent to the worker.
+            where = device._upload_where
+            arrays = [host_array(array, where)[0] for array in arrays]
+            return self.inner.run_arrays(arrays)  # type: ignore[attr-defined]
         buffers = [device.upload(array) for array in arrays]
         return [device.download(buffer) for buffer in self.run(buffers)]
 
-    def _miscounted(self, inputs: object) -> str:
-        """Why ``inputs`` is not one buffer per graph input."""
+    def _miscounted(self, inputs: object, what: str) -> str:
+        """Why ``inputs`` is not one of ``what`` (buffers, arrays) per graph input."""
         names = ", ".join(v.name for v in self.graph.inputs) or "none"
         if not isinstance(inputs, list | tuple):
-            return (f"{self._where}: expected a list of buffers (one per graph input: "
+            return (f"{self._where}: expected a list of {what} (one per graph input: "
                     f"{names}), got {type(inputs).__name__}")
-        return (f"{self._where}: {len(inputs)} buffers given, graph {self.graph.name!r} "
+        return (f"{self._where}: {len(inputs)} {what} given, graph {self.graph.name!r} "
                 f"takes {len(self.graph.inputs)} ({names})")
 
     def profile(self) -> Profile | None:
@@ -180,15 +231,21 @@ def _count(outputs: object) -> str:
 
 def _check_type(expected: TensorType, actual: TensorType, bindings: dict[str, int],
                 where: str, role: str, name: str) -> None:
-    """Raise unless ``actual`` (the buffer of ``role`` ``name``) has ``expected``'s
-    dtype and a concrete shape matching its dimensions under ``bindings``: an
-    ``input`` that does not is the caller's error, an ``output`` the adapter's."""
-    if (actual.dtype == expected.dtype and actual.rank == expected.rank
+    """Raise unless ``actual`` (the type of the buffer of ``role`` ``name``) is a
+    :class:`TensorType` with ``expected``'s dtype and a concrete shape matching its
+    dimensions under ``bindings``: an ``input`` that does not is the caller's error,
+    an ``output`` the adapter's."""
+    if (isinstance(actual, TensorType) and actual.dtype == expected.dtype
+            and actual.rank == expected.rank
             and all(isinstance(d, int) for d in actual.shape)
             and D.bind_shape(expected.shape, actual.shape, bindings) is None):
         return
     error = InputBindingError if role == "input" else AdapterContractError
     where = f"{where}: {role} {name!r}"
+    if not isinstance(actual, TensorType):
+        hint = "; make buffers with Device.upload" if role == "input" else ""
+        raise error(f"{where}: the buffer's type is a {type(actual).__name__} "
+                    f"({actual!r}), not a TensorType{hint}")
     if actual.dtype != expected.dtype or actual.rank != expected.rank:
         raise error(f"{where}: got {actual}, expected {expected}")
     if not all(isinstance(d, int) for d in actual.shape):
@@ -209,6 +266,7 @@ class CheckedDevice(Device):
         self._address = address
         self._upload_where = f"{address} Device.upload"
         self._download_where = f"{address} Device.download"
+        self._closed = False
 
     @property
     def address(self) -> str:
@@ -245,13 +303,15 @@ class CheckedDevice(Device):
 
     def upload(self, array: np.ndarray) -> Buffer:
         where = self._upload_where
-        if not isinstance(array, np.ndarray):
-            raise InputBindingError(f"{where}: expected a numpy array, got "
-                                    f"{type(array).__name__}")
-        if not array.dtype.isnative:  # byte-swapped (>f4 on x86): the same values, natively
-            array = array.astype(array.dtype.newbyteorder("="))
-        expected = TensorType.of(array, where)
-        buffer = guarded(where, self.inner.upload, array)
+        array, expected = host_array(array, where)
+        try:
+            buffer = self.inner.upload(array)
+        except PolyhalError:
+            raise
+        except MemoryError as exc:  # the caller's array is too large to copy
+            raise uncopyable(where, array, exc) from exc
+        except Exception as exc:
+            raise DeviceError(f"{where} raised {type(exc).__name__}: {exc}") from exc
         if not self.owns(buffer):
             self.check_owned(buffer, f"{where} (its result)")
         if buffer.type is not expected and buffer.type != expected:
@@ -263,6 +323,10 @@ class CheckedDevice(Device):
         where = self._download_where
         if not self.owns(buffer):
             self.check_owned(buffer, where, InputBindingError)
+        if not isinstance(buffer.type, TensorType):
+            raise InputBindingError(f"{where}: the buffer's type is a "
+                                    f"{type(buffer.type).__name__} ({buffer.type!r}), not a "
+                                    "TensorType; make buffers with Device.upload")
         array = guarded(where, self.inner.download, buffer)
         if not isinstance(array, np.ndarray):
             raise AdapterContractError(f"{where} returned {type(array).__name__}, not an array")
@@ -287,6 +351,9 @@ class CheckedDevice(Device):
         if not isinstance(options, CompileOptions):
             raise PolyhalError(f"{where}: options must be a CompileOptions (e.g. "
                                f"polyhal.hal.CompileOptions()), got {type(options).__name__}")
+        problem = compile_options_problem(options)  # refused when made; unless forced in
+        if problem is not None:
+            raise PolyhalError(f"{where}: {problem}")
         offered = self.capabilities.precisions
         if options.precision not in offered:  # checked here once, for every adapter
             raise UnsupportedError(f"{where}: precision {options.precision!r} is not offered "
@@ -297,5 +364,14 @@ class CheckedDevice(Device):
                                        "Executable")
         return CheckedExecutable(self, executable, graph)
 
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called (on this device, or on an isolated device it
+        wraps): the device is not to be used again."""
+        return self._closed or getattr(self.inner, "closed", False) is True
+
     def close(self) -> None:
-        guarded(f"{self.address} Device.close", self.inner.close)
+        try:
+            guarded(f"{self.address} Device.close", self.inner.close)
+        finally:
+            self._closed = True

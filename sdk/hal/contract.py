@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from polyhal.errors import PolyhalError
 from polyhal.hal.capabilities import Capabilities
 from polyhal.ir.graph import Graph
 from polyhal.ir.types import TensorType
@@ -65,6 +66,29 @@ class CompileOptions:
     """``fp32``, ``tf32``, ``fp16`` or ``bf16``: the compute precision to use."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Adapter-specific options, passed through untouched."""
+
+    def __post_init__(self) -> None:
+        problem = compile_options_problem(self)
+        if problem is not None:
+            raise PolyhalError(problem)
+
+
+def compile_options_problem(options: CompileOptions) -> str | None:
+    """What is wrong with the fields of ``options`` (``None``: nothing): ``precision``
+    must be a string and ``extra`` a mapping with string keys. Which precisions a
+    device offers is its ``Capabilities.precisions``' to say, at ``compile``."""
+    precision, extra = options.precision, options.extra
+    if not isinstance(precision, str):
+        return (f"CompileOptions.precision={precision!r} must be a string (fp32, tf32, fp16 "
+                "or bf16)")
+    if not isinstance(extra, Mapping):
+        return (f"CompileOptions.extra={extra!r} must be a mapping of option name (a string) "
+                "to value")
+    for key in extra:
+        if not isinstance(key, str):
+            return (f"CompileOptions.extra: option name {key!r} ({type(key).__name__}) is not "
+                    "a string")
+    return None
 
 
 @dataclass(eq=False)

@@ -43,6 +43,12 @@ transparently: buffers of the old generation raise ``DeviceError`` ("buffer
 from before the device restarted"), while an :class:`IsolatedExecutable`
 keeps its graph and options and recompiles.
 
+A request is pickled in the caller's process. One that cannot be (an argument
+of the caller's holding a lambda, say) is the caller's error, not a device
+fault: a ``PolyhalError`` naming the argument that cannot be sent
+(``CompileOptions.extra['f']``), an ``InputBindingError`` for an array (one
+too large to copy names its shape and size).
+
 Errors raised in the worker come back as the same ``PolyhalError`` subclass
 with the same message (the worker's traceback is attached as
 ``exc.worker_traceback``, not as a note, which ``pytest.raises(match=)`` would
@@ -93,7 +99,7 @@ from polyhal.errors import (
     VerificationError,
 )
 from polyhal.hal.capabilities import Capabilities
-from polyhal.hal.checked import CheckedDevice, CheckedExecutable, open_checked
+from polyhal.hal.checked import CheckedDevice, CheckedExecutable, open_checked, uncopyable
 from polyhal.hal.contract import Buffer, CompileOptions, Device, Executable, Profile
 from polyhal.ir.graph import Graph
 from polyhal.ir.types import TensorType
@@ -144,6 +150,62 @@ def check_timeout(where: str, timeout: object) -> float:
 
 def _dumps(obj: Any) -> bytes:
     return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+_ARGUMENTS = {
+    "open": ("the adapter class", "the adapter name", "the index", "options"),
+    "compile": ("the graph", "the CompileOptions"),
+    "upload": ("the array",),
+    "execute": ("the executable", "arrays"),
+}
+"""What the arguments of each request are called in the error for one that cannot be sent."""
+
+
+def _unsendable(where: str, op: str, args: tuple, exc: Exception) -> PolyhalError:
+    """The caller's error for a request ``op`` whose ``args`` cannot be pickled: a
+    :class:`PolyhalError` naming the innermost argument that cannot (an
+    :class:`InputBindingError` for an array; one that cannot be copied for want of
+    memory names its shape and size). Called only once pickling failed."""
+    names = _ARGUMENTS.get(op, ())
+    found = None
+    for index, arg in enumerate(args):
+        found = _unpicklable(arg, names[index] if index < len(names) else f"argument {index}")
+        if found is not None:
+            break
+    name, value, error = found or ("the request", args, exc)
+    if isinstance(value, np.ndarray) and isinstance(error, MemoryError):
+        return uncopyable(where, value, error, name)
+    kind = InputBindingError if isinstance(value, np.ndarray) else PolyhalError
+    return kind(f"{where}: {name} cannot be sent to the device's worker process, as it "
+                f"cannot be pickled ({type(error).__name__}: {error})")
+
+
+def _unpicklable(value: Any, name: str, depth: int = 0
+                 ) -> tuple[str, Any, Exception] | None:
+    """The innermost part of ``value`` (called ``name``) that cannot be pickled, with its
+    name and the error, looking ``depth`` levels down at most; ``None`` when ``value``
+    pickles."""
+    try:
+        _dumps(value)
+    except Exception as exc:
+        for part_name, part in _parts(value, name) if depth < 4 else ():
+            found = _unpicklable(part, part_name, depth + 1)
+            if found is not None:
+                return found
+        return name, value, exc
+    return None
+
+
+def _parts(value: Any, name: str) -> list[tuple[str, Any]]:
+    """The named parts of a container that the requests send."""
+    if isinstance(value, CompileOptions):
+        return [("CompileOptions.precision", value.precision),
+                *((f"CompileOptions.extra[{key!r}]", item) for key, item in value.extra.items())]
+    if isinstance(value, Mapping):
+        return [(f"{name}[{key!r}]", item) for key, item in value.items()]
+    if isinstance(value, list | tuple):
+        return [(f"{name}[{index}]", item) for index, item in enumerate(value)]
+    return []
 
 
 # --------------------------------------------------------------------------- errors
@@ -518,7 +580,12 @@ class WorkerServer:
         return self._device().capabilities
 
     def op_upload(self, array: np.ndarray) -> tuple[int, TensorType, int | None]:
-        return self._add_buffer(self._device().upload(array), "Device.upload")
+        checked = self._checked()  # the caller's side checked the array
+        try:
+            buffer = checked.inner.upload(array)
+        except MemoryError as exc:  # the caller's array is too large to copy here
+            raise uncopyable(checked._upload_where, array, exc) from exc
+        return self._add_buffer(buffer, "Device.upload")
 
     def op_download(self, key: int) -> np.ndarray:
         return self._device().download(self._buffer(key))
@@ -748,6 +815,11 @@ class IsolatedDevice(Device):
         return self.timeout * SLOW_CALL_FACTOR
 
     @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called: the device cannot be used again."""
+        return self._closed
+
+    @property
     def generation(self) -> int:
         """How many workers this device has started (the current worker's number)."""
         return self._generation
@@ -815,11 +887,10 @@ class IsolatedDevice(Device):
         seq = next(self._seq)
         try:
             data = _dumps((seq, op, args, frees))
-        except Exception as exc:
+        except Exception as exc:  # the caller's arguments: nothing was sent
             self._pending_buffers.extend((generation, k) for k in frees[0])
             self._pending_executables.extend((generation, k) for k in frees[1])
-            raise DeviceError(f"{address} {call}: the request cannot be sent to the worker "
-                              f"({type(exc).__name__}: {exc})") from exc
+            raise _unsendable(f"{address} {call}", op, args, exc) from exc
         try:
             channel.send(data)
             reply = channel.receive(None if timeout == float("inf") else timeout)
@@ -870,7 +941,11 @@ class IsolatedDevice(Device):
             raise InputBindingError(f"{where}: the buffer belongs to {owner}, not this one")
         if self._closed:
             raise self._closed_error(call)
-        generation, key = buffer.handle
+        try:
+            generation, key = buffer.handle
+        except (TypeError, ValueError):
+            raise InputBindingError(f"{where}: the buffer's handle is not one this device "
+                                    "made; make buffers with Device.upload") from None
         if generation != self._live_generation():
             raise self._stale(call, generation)
         return key

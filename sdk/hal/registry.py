@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 ENTRY_POINT_GROUP = "polyhal.adapters"
 _ADDRESS = re.compile(r"([a-z][a-z0-9-]*)(?::([0-9]+))?")  # ASCII digits only
+MAX_INDEX_DIGITS = 18
+"""The most digits a device index may have (any such index fits a signed 64-bit int)."""
 HOSTS = ("process", "ray")
 """The ``open_device(host=)`` names: a local worker process, a Ray actor."""
 
@@ -172,9 +174,23 @@ def parse_address(address: str) -> tuple[str, int]:
     """``"gpu:1"`` -> ``("gpu", 1)``; ``"cpu"`` -> ``("cpu", 0)``."""
     match = _ADDRESS.fullmatch(address.strip()) if isinstance(address, str) else None
     if match is None:
-        raise PolyhalError(f"bad device address {address!r}: expected ADAPTER or ADAPTER:INDEX "
-                           "(e.g. 'cpu', 'gpu:1')")
-    return match.group(1), int(match.group(2) or 0)
+        raise PolyhalError(f"bad device address {_shown(address)}: expected ADAPTER or "
+                           "ADAPTER:INDEX (e.g. 'cpu', 'gpu:1')")
+    digits = match.group(2) or "0"
+    if len(digits) > MAX_INDEX_DIGITS:
+        raise PolyhalError(f"bad device address {_shown(address)}: its index has "
+                           f"{len(digits)} digits; a device index has at most "
+                           f"{MAX_INDEX_DIGITS}")
+    return match.group(1), int(digits)
+
+
+def _shown(address: object, limit: int = 60) -> str:
+    """``address`` as a message shows it: its repr, cut short when it is long."""
+    text = repr(address)
+    if len(text) <= limit:
+        return text
+    size = f", {len(address)} characters" if isinstance(address, str) else ""
+    return f"{text[:limit]}... ({type(address).__name__}{size})"
 
 
 def open_device(address: str, *, isolate: bool = False, timeout: float | None = None,

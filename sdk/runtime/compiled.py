@@ -60,12 +60,14 @@ _devices_lock = threading.Lock()
 
 
 def shared_device(address: str, isolate: bool = False) -> Device:
-    """The process-wide opened device at ``address`` (opened on first use)."""
+    """The process-wide opened device at ``address`` (opened on first use, and again
+    after someone closed it)."""
     with _devices_lock:
         key = (address, isolate)
-        if key not in _devices:
-            _devices[key] = open_device(address, isolate=isolate)
-        return _devices[key]
+        device = _devices.get(key)
+        if device is None or (isinstance(device, CheckedDevice) and device.closed):
+            device = _devices[key] = open_device(address, isolate=isolate)
+        return device
 
 
 class CompiledGraph:
@@ -325,6 +327,10 @@ def compile(graph: Graph, device: str | Device = "reference",
     if options is not None and not isinstance(options, Mapping):
         raise PolyhalError(f"compile: options={options!r} must be a mapping of option name "
                            "to value, or None")
+    for key in options or {}:
+        if not isinstance(key, str):
+            raise PolyhalError(f"compile: options={options!r}: option name {key!r} "
+                               f"({type(key).__name__}) is not a string")
     specs = _device_list(device, fallback)
     with tracing.span(f"place {graph.name}", "compile", tracing.HOST) as args:
         devices = [d if isinstance(d, Device) else shared_device(d, isolate) for d in specs]

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import inspect
 import itertools
 import math
 import threading
@@ -599,9 +600,37 @@ def _open_lane(spec: DeviceSpec | Any, timeout: float | None, host: Any,
         raise PolyhalError(f"Session: a device must be an address, an opened Device or "
                            f"(address, options), got {spec!r}")
     parse_address(address)
+    _check_open_options(spec, options)
     extra = {} if host is None else {"host": host}
     device = open_device(address, isolate=not as_fallback, timeout=timeout, **extra, **options)
     return _Lane(device, owned=True, fallback=as_fallback)
+
+
+_OPEN_ARGUMENTS = tuple(parameter.name
+                        for parameter in inspect.signature(open_device).parameters.values()
+                        if parameter.kind is not parameter.VAR_KEYWORD)
+"""The arguments of ``open_device`` itself: no ``Adapter.open`` option may take their names."""
+_SET_BY_SESSION = {
+    "address": "give the address as the entry's first item",
+    "isolate": "the session opens addresses isolated; pass an opened Device to use one in "
+               "this process",
+    "timeout": "pass Session(timeout=...)",
+    "host": "pass Session(host=...)",
+}
+
+
+def _check_open_options(spec: Any, options: Mapping[Any, Any]) -> None:
+    """Raise unless every option of the device entry ``spec`` is named by a string that
+    is not an argument of ``open_device`` (the session sets ``isolate``, ``timeout``
+    and ``host`` itself)."""
+    for key in options:
+        if not isinstance(key, str):
+            raise PolyhalError(f"Session: device {spec!r}: option name {key!r} "
+                               f"({type(key).__name__}) is not a string")
+        if key in _OPEN_ARGUMENTS:
+            hint = _SET_BY_SESSION.get(key, "the session sets it")
+            raise PolyhalError(f"Session: device {spec!r}: {key!r} is an argument of "
+                               f"open_device, not an Adapter.open option: {hint}")
 
 
 def _start_error(lane: _Lane) -> PolyhalError | None:

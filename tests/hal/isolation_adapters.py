@@ -9,7 +9,9 @@ value runs normally, so one executable can both work and fail.
 
 ``test-env`` declares ``worker_env`` and reports what its worker saw as
 capability tags. ``test-slow-open`` is the template device taking
-``open_seconds`` (an ``Adapter.open`` option) to open.
+``open_seconds`` (an ``Adapter.open`` option) to open. ``test-no-room`` is the
+template device whose ``upload`` runs out of memory for arrays of more than
+``NO_ROOM_ABOVE`` elements.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
+
+import numpy as np
 
 from polyhal.adapters.template import (
     CAPABILITIES,
@@ -31,6 +35,7 @@ from polyhal.hal import Buffer, Capabilities, CompileOptions, Device, Executable
 from polyhal.ir import Graph
 
 CRASH, HANG, RAISE, EXECUTION_ERROR, UNPICKLABLE = 13.0, 42.0, -1.0, -2.0, -3.0
+NO_ROOM_ABOVE = 4
 OWN_ERROR, LOCAL_ERROR = -4.0, -5.0
 
 FLAG_AT_IMPORT = os.environ.get("POLYHAL_TEST_FLAG", "unset")
@@ -132,3 +137,23 @@ class SlowOpenAdapter(TemplateAdapter):
     def open(self, index: int = 0, **options: Any) -> Device:
         time.sleep(float(options.pop("open_seconds", 0.0)))
         return super().open(index, **options)
+
+
+class NoRoomDevice(TemplateDevice):
+    """A template device without room for arrays of more than ``NO_ROOM_ABOVE`` elements."""
+
+    def upload(self, array: np.ndarray) -> Buffer:
+        if array.size > NO_ROOM_ABOVE:
+            raise MemoryError(f"no room for {array.nbytes} bytes")
+        return super().upload(array)
+
+
+class NoRoomAdapter(TemplateAdapter):
+    """``test-no-room``: see the module docstring."""
+
+    name = "test-no-room"
+    device_class = NoRoomDevice
+
+    def open(self, index: int = 0, **options: Any) -> Device:
+        super().open(index, **options)
+        return NoRoomDevice()

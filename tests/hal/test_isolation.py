@@ -182,7 +182,7 @@ def test_run_arrays_is_one_request_checked_as_each_call_is(template, worker_requ
         assert str(at_once.value) == str(one_by_one.value)
     # A miscount is the caller's, told before any request.
     del sent[:]
-    with pytest.raises(InputBindingError, match="2 buffers given, graph 'mlp' takes 3"):
+    with pytest.raises(InputBindingError, match="2 arrays given, graph 'mlp' takes 3"):
         executable.run_arrays(arrays[:2])
     assert sent == []
 
