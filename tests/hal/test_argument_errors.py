@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from polyhal import hal, ops
+from polyhal import hal
 from polyhal.adapters.template import TemplateAdapter
 from polyhal.errors import (
     AdapterContractError,
@@ -20,19 +20,7 @@ from polyhal.errors import (
 )
 from polyhal.hal import Capabilities, CompileOptions, Executable, open_device
 from polyhal.hal.checked import CheckedExecutable
-from polyhal.ir import GraphBuilder, f32
-
-
-def relu_graph():
-    g = GraphBuilder("relu")
-    g.output(ops.relu(g.input("x", f32["n"])), name="y")
-    return g.build()
-
-
-def _raises_exactly(error: type[Exception], match: str, call, *args: Any, **kwargs: Any):
-    with pytest.raises(error, match=match) as info:
-        call(*args, **kwargs)
-    assert type(info.value) is error, f"{type(info.value).__name__}: {info.value}"
+from tests.hal.helpers import raises_exactly, relu_graph
 
 
 @pytest.mark.parametrize(("graph", "options", "problem"), [
@@ -42,7 +30,7 @@ def _raises_exactly(error: type[Exception], match: str, call, *args: Any, **kwar
     ("x", CompileOptions(), r"template:0 Device\.compile: expected a Graph, got str"),
 ])
 def test_compile_checks_its_arguments(graph, options, problem):
-    _raises_exactly(PolyhalError, problem, open_device("template").compile, graph, options)
+    raises_exactly(PolyhalError, problem, open_device("template").compile, graph, options)
 
 
 def test_run_upload_and_download_arguments_are_the_callers_error():
@@ -59,11 +47,11 @@ def test_run_upload_and_download_arguments_are_the_callers_error():
                                    "first"),
         ([device.upload(np.ones(2))], r"input 'x': got float64\[2\], expected float32\[n\]"),
     ]:
-        _raises_exactly(InputBindingError, where + problem, executable.run, inputs)
-    _raises_exactly(InputBindingError, r"template:0 Device\.upload: expected a numpy array, got "
-                                       "list", device.upload, [1.0])
-    _raises_exactly(InputBindingError, r"template:0 Device\.download: expected a Buffer, got "
-                                       "list", device.download, [1.0])
+        raises_exactly(InputBindingError, where + problem, executable.run, inputs)
+    raises_exactly(InputBindingError, r"template:0 Device\.upload: expected a numpy array, got "
+                                      "list", device.upload, [1.0])
+    raises_exactly(InputBindingError, r"template:0 Device\.download: expected a Buffer, got "
+                                      "list", device.download, [1.0])
 
 
 def test_a_buffer_of_another_device_at_the_same_address_says_so():
@@ -72,9 +60,9 @@ def test_a_buffer_of_another_device_at_the_same_address_says_so():
     stray = second.upload(np.ones(2, np.float32))
     same = (r"the buffer belongs to another device instance at the same address \(template:0, "
             r"opened separately\), not this one")
-    _raises_exactly(InputBindingError, r"Executable\.run: input 'x': " + same, executable.run,
-                    [stray])
-    _raises_exactly(InputBindingError, r"Device\.download: " + same, first.download, stray)
+    raises_exactly(InputBindingError, r"Executable\.run: input 'x': " + same, executable.run,
+                   [stray])
+    raises_exactly(InputBindingError, r"Device\.download: " + same, first.download, stray)
 
 
 def test_a_byte_swapped_array_uploads_in_native_order():
@@ -89,8 +77,8 @@ def test_a_byte_swapped_array_uploads_in_native_order():
 
 
 def test_a_non_ascii_digit_is_no_device_index():
-    _raises_exactly(PolyhalError, "bad device address 'template:٣'", hal.parse_address,
-                    "template:٣")
+    raises_exactly(PolyhalError, "bad device address 'template:٣'", hal.parse_address,
+                   "template:٣")
 
 
 @pytest.mark.parametrize(("address", "options", "problem"), [
@@ -102,7 +90,7 @@ def test_a_non_ascii_digit_is_no_device_index():
                                              r"\(known: none\)"),
 ])
 def test_bad_open_options_are_unsupported(address, options, problem):
-    _raises_exactly(UnsupportedError, problem, open_device, address, **options)
+    raises_exactly(UnsupportedError, problem, open_device, address, **options)
 
 
 @pytest.mark.parametrize(("arguments", "problem"), [
@@ -111,8 +99,8 @@ def test_bad_open_options_are_unsupported(address, options, problem):
     ({"isolate": "no"}, "isolate='no' must be True or False"),
 ])
 def test_bad_open_device_arguments_are_refused_before_opening(arguments, problem):
-    _raises_exactly(PolyhalError, r"open_device\('template'\): " + problem, open_device,
-                    "template", **arguments)
+    raises_exactly(PolyhalError, r"open_device\('template'\): " + problem, open_device,
+                   "template", **arguments)
 
 
 class _OpenRaisesAdapter(TemplateAdapter):
@@ -145,8 +133,8 @@ def test_a_profile_that_is_no_profile_blames_the_adapter():
 
     device = open_device("template")
     checked = CheckedExecutable(device, Boasting(), relu_graph())
-    _raises_exactly(AdapterContractError, r"template:0 Executable\.profile returned str, not a "
-                                          "Profile or None", checked.profile)
+    raises_exactly(AdapterContractError, r"template:0 Executable\.profile returned str, not a "
+                                         "Profile or None", checked.profile)
 
 
 @pytest.mark.parametrize(("fields", "problem"), [
@@ -162,8 +150,8 @@ def test_a_profile_that_is_no_profile_blames_the_adapter():
     ({"precisions": "fp32"}, "Capabilities.precisions='fp32' must be a collection of strings"),
 ])
 def test_capabilities_fields_are_validated(fields, problem):
-    _raises_exactly(AdapterContractError, problem, Capabilities, ops={"Relu": ["float32"]},
-                    **fields)
+    raises_exactly(AdapterContractError, problem, Capabilities, ops={"Relu": ["float32"]},
+                   **fields)
 
 
 def test_downloading_after_close_says_the_device_was_closed():

@@ -5,12 +5,10 @@ in-process or isolated; never a bare traceback from deep inside, nor a
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pytest
 
-from polyhal import hal, ops
+from polyhal import hal
 from polyhal.errors import (
     AdapterContractError,
     DeviceError,
@@ -21,7 +19,8 @@ from polyhal.errors import (
 from polyhal.hal import Buffer, CompileOptions, Executable
 from polyhal.hal.checked import CheckedExecutable
 from polyhal.hal.isolation import IsolatedDevice
-from polyhal.ir import GraphBuilder, f32
+from polyhal.ir import f32
+from tests.hal.helpers import raises_exactly, relu_graph
 from tests.hal.isolation_adapters import NO_ROOM_ABOVE, NoRoomAdapter
 
 ADAPTERS = ["reference", "template", "cpu"]
@@ -32,17 +31,6 @@ HUGE_TYPE = (r"\(float32, shape \(72057594037927936,\), 288230376151711744 bytes
 MASKED = np.ma.array([1.0, 1e30, 2.0], mask=[0, 1, 0], dtype=np.float32)
 
 
-def relu_graph():
-    g = GraphBuilder("relu")
-    g.output(ops.relu(g.input("x", f32["n"])), name="y")
-    return g.build()
-
-
-def _raises_exactly(error: type[Exception], match: str, call, *args: Any, **kwargs: Any):
-    with pytest.raises(error, match=match) as info:
-        call(*args, **kwargs)
-    assert type(info.value) is error, f"{type(info.value).__name__}: {info.value}"
-    return info.value
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +78,7 @@ def _where(device: hal.Device, call: str) -> str:
     ({"extra": {1: 2}}, r"CompileOptions\.extra: option name 1 \(int\) is not a string"),
 ])
 def test_compile_options_of_the_wrong_types_are_refused_when_made(fields, problem):
-    _raises_exactly(PolyhalError, f"^{problem}", CompileOptions, **fields)
+    raises_exactly(PolyhalError, f"^{problem}", CompileOptions, **fields)
 
 
 def test_compile_options_of_the_right_types_are_made():
@@ -106,8 +94,8 @@ def test_compile_options_of_the_right_types_are_made():
 def test_compile_refuses_options_forced_past_their_check(device, field, value, problem):
     options = CompileOptions()
     object.__setattr__(options, field, value)  # as a copy made without __init__ would be
-    _raises_exactly(PolyhalError, _where(device, "Device.compile") + problem, device.compile,
-                    relu_graph(), options)
+    raises_exactly(PolyhalError, _where(device, "Device.compile") + problem, device.compile,
+                   relu_graph(), options)
 
 
 # --------------------------------------------------------------------------- run_arrays
@@ -121,8 +109,8 @@ def test_compile_refuses_options_forced_past_their_check(device, field, value, p
 ])
 def test_run_arrays_checks_the_list_of_arrays_first(device, arrays, problem):
     executable = device.compile(relu_graph(), CompileOptions())
-    _raises_exactly(InputBindingError, _where(device, "Executable.run") + problem,
-                    executable.run_arrays, arrays)
+    raises_exactly(InputBindingError, _where(device, "Executable.run") + problem,
+                   executable.run_arrays, arrays)
 
 
 # --------------------------------------------------------------------------- forged buffers
@@ -133,12 +121,12 @@ def test_a_buffer_whose_type_is_no_tensor_type_is_the_callers_error(device):
     good = device.upload(np.ones(2, np.float32))
     device.download(executable.run([good])[0])  # a signature seen and remembered
     forged = Buffer(device, "float32[2]", np.ones(2, np.float32))  # type: ignore[arg-type]
-    _raises_exactly(InputBindingError, _where(device, "Executable.run")
-                    + r"input 'x': the buffer's type is a str \('float32\[2\]'\), not a "
-                      r"TensorType; make buffers with Device.upload$", executable.run, [forged])
-    _raises_exactly(InputBindingError, _where(device, "Device.download")
-                    + r"the buffer's type is a NoneType \(None\), not a TensorType",
-                    device.download, Buffer(device, None, good.handle))  # type: ignore[arg-type]
+    raises_exactly(InputBindingError, _where(device, "Executable.run")
+                   + r"input 'x': the buffer's type is a str \('float32\[2\]'\), not a "
+                     r"TensorType; make buffers with Device.upload$", executable.run, [forged])
+    raises_exactly(InputBindingError, _where(device, "Device.download")
+                   + r"the buffer's type is a NoneType \(None\), not a TensorType",
+                   device.download, Buffer(device, None, good.handle))  # type: ignore[arg-type]
 
 
 def test_a_buffer_with_a_handle_the_isolated_device_did_not_make_is_the_callers(isolated):
@@ -146,8 +134,8 @@ def test_a_buffer_with_a_handle_the_isolated_device_did_not_make_is_the_callers(
     proxy = isolated.inner
     assert isinstance(proxy, IsolatedDevice)
     forged = Buffer(proxy, f32[2], "not a handle")
-    _raises_exactly(InputBindingError, r"^reference:0 Executable\.run: the buffer's handle is "
-                                       "not one this device made", executable.run, [forged])
+    raises_exactly(InputBindingError, r"^reference:0 Executable\.run: the buffer's handle is "
+                                      "not one this device made", executable.run, [forged])
 
 
 def test_an_output_whose_type_is_no_tensor_type_blames_the_adapter():
@@ -157,10 +145,10 @@ def test_an_output_whose_type_is_no_tensor_type_blames_the_adapter():
 
     device = hal.open_device("template")
     checked = CheckedExecutable(device, Forging(), relu_graph())
-    _raises_exactly(AdapterContractError, r"^template:0 Executable\.run: output 'y': the "
-                                          r"buffer's type is a str \('float32\[2\]'\), not a "
-                                          r"TensorType$", checked.run,
-                    [device.upload(np.ones(2, np.float32))])
+    raises_exactly(AdapterContractError, r"^template:0 Executable\.run: output 'y': the "
+                                         r"buffer's type is a str \('float32\[2\]'\), not a "
+                                         r"TensorType$", checked.run,
+                   [device.upload(np.ones(2, np.float32))])
 
 
 # --------------------------------------------------------------------------- addresses
@@ -174,8 +162,8 @@ def test_an_output_whose_type_is_no_tensor_type_blames_the_adapter():
     ("!" * 1000, r"'!{59}\.\.\. \(str, 1000 characters\): expected ADAPTER or ADAPTER:INDEX"),
 ], ids=["5000 digits", "19 digits", "1000 characters"])
 def test_a_malformed_address_is_named_briefly(address, problem):
-    _raises_exactly(PolyhalError, "^bad device address " + problem, hal.parse_address, address)
-    _raises_exactly(PolyhalError, "^bad device address " + problem, hal.open_device, address)
+    raises_exactly(PolyhalError, "^bad device address " + problem, hal.parse_address, address)
+    raises_exactly(PolyhalError, "^bad device address " + problem, hal.open_device, address)
 
 
 def test_an_index_of_eighteen_digits_is_an_index():
@@ -194,8 +182,8 @@ def test_an_array_of_no_polyhal_dtype_fails_alike_in_process_and_isolated(isolat
     for device in (plain, isolated):
         executable = device.compile(relu_graph(), CompileOptions())
         del sent[:]
-        _raises_exactly(IRError, message, executable.run_arrays, [bad])
-        _raises_exactly(IRError, message, device.upload, bad)
+        raises_exactly(IRError, message, executable.run_arrays, [bad])
+        raises_exactly(IRError, message, device.upload, bad)
     assert sent == []  # told before any request
 
 
@@ -205,10 +193,10 @@ def test_options_that_cannot_be_pickled_are_the_callers_error_not_a_device_fault
     for extra, name in [({"f": lambda: 0}, r"CompileOptions\.extra\['f'\]"),
                         ({"ok": 1, "nested": {"g": [0, lambda: 0]}},
                          r"CompileOptions\.extra\['nested'\]\['g'\]\[1\]")]:
-        _raises_exactly(PolyhalError, rf"^reference:0 Device\.compile: {name} cannot be sent to "
-                                      "the device's worker process, as it cannot be pickled "
-                                      r"\(\w+: ", isolated.compile, graph,
-                        CompileOptions(extra=extra))
+        raises_exactly(PolyhalError, rf"^reference:0 Device\.compile: {name} cannot be sent to "
+                                     "the device's worker process, as it cannot be pickled "
+                                     r"\(\w+: ", isolated.compile, graph,
+                       CompileOptions(extra=extra))
     # Nothing was sent: the worker runs on, as healthy as before.
     executable = isolated.compile(graph, CompileOptions())
     assert executable.run_arrays([np.array([-1.0, 2.0], np.float32)])[0].tolist() == [0.0, 2.0]
@@ -231,16 +219,16 @@ def test_an_open_option_that_cannot_be_pickled_is_the_callers_error():
 
 
 def test_an_array_too_large_to_copy_is_the_callers_error(device):
-    _raises_exactly(InputBindingError, _where(device, "Device.upload") + "the array "
-                    + HUGE_TYPE + r" cannot be copied: out of memory \(MemoryError",
-                    device.upload, HUGE)
+    raises_exactly(InputBindingError, _where(device, "Device.upload") + "the array "
+                   + HUGE_TYPE + r" cannot be copied: out of memory \(MemoryError",
+                   device.upload, HUGE)
     executable = device.compile(relu_graph(), CompileOptions())
     # An isolated device's run_arrays sends the arrays: the request names the one it could not.
     isolated = isinstance(device.inner, IsolatedDevice)
     where = _where(device, "Executable.run" if isolated else "Device.upload")
-    _raises_exactly(InputBindingError, where + (r"arrays\[0\] " if isolated else "the array ")
-                    + HUGE_TYPE + " cannot be copied: out of memory", executable.run_arrays,
-                    [HUGE])
+    raises_exactly(InputBindingError, where + (r"arrays\[0\] " if isolated else "the array ")
+                   + HUGE_TYPE + " cannot be copied: out of memory", executable.run_arrays,
+                   [HUGE])
 
 
 @pytest.mark.parametrize("isolate", [False, True])
@@ -251,9 +239,9 @@ def test_a_device_without_room_for_an_array_blames_the_array(no_room, isolate):
         message = (r"^test-no-room:0 Device\.upload: the array \(float32, shape \(5,\), 20 "
                    r"bytes\) cannot be copied: out of memory \(MemoryError: no room for 20 "
                    r"bytes\)$")
-        _raises_exactly(InputBindingError, message, device.upload, array)
+        raises_exactly(InputBindingError, message, device.upload, array)
         executable = device.compile(relu_graph(), CompileOptions())
-        _raises_exactly(InputBindingError, message, executable.run_arrays, [array])
+        raises_exactly(InputBindingError, message, executable.run_arrays, [array])
         small = np.ones(NO_ROOM_ABOVE, np.float32)
         assert executable.run_arrays([small])[0].tolist() == small.tolist()
     finally:
@@ -266,8 +254,8 @@ def test_a_device_without_room_for_an_array_blames_the_array(no_room, isolate):
 def test_a_masked_array_is_refused_not_uploaded_without_its_mask(device):
     message = (_where(device, "Device.upload") + r"got a masked array, whose mask a device "
                r"would ignore; pass its data or array\.filled\(value\)$")
-    _raises_exactly(InputBindingError, message, device.upload, MASKED)
+    raises_exactly(InputBindingError, message, device.upload, MASKED)
     executable = device.compile(relu_graph(), CompileOptions())
-    _raises_exactly(InputBindingError, message, executable.run_arrays, [MASKED])
+    raises_exactly(InputBindingError, message, executable.run_arrays, [MASKED])
     filled = executable.run_arrays([MASKED.filled(0)])[0]  # what the message suggests
     assert filled.tolist() == [1.0, 0.0, 2.0]
