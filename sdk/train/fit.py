@@ -99,6 +99,10 @@ def _metric_value(value: Any, label: str, where: str) -> float:
                         "one element)")
 
 
+_HISTORY_KEYS = ("loss", "samples")
+"""What the history (and the sums behind it) keep besides the metrics."""
+
+
 def _metrics(metrics: Sequence[str | Metric] | None, loss: str | Loss
              ) -> dict[str, _Metric]:
     if metrics is None:
@@ -110,14 +114,18 @@ def _metrics(metrics: Sequence[str | Metric] | None, loss: str | Loss
     chosen: dict[str, _Metric] = {}
     for index, metric in enumerate(metrics):
         if isinstance(metric, str) and metric == "accuracy":
-            chosen["accuracy"] = _Metric(lambda p, t: accuracy(p, t, threshold),
-                                         f"'accuracy' (metrics[{index}])")
+            name, function = "accuracy", lambda p, t: accuracy(p, t, threshold)
         elif callable(metric):
-            name = getattr(metric, "__name__", "metric")
-            chosen[name] = _Metric(metric, f"{name!r} (metrics[{index}])")
+            name, function = str(getattr(metric, "__name__", "metric")), metric
         else:
             raise TrainingError(f"unknown metric {metric!r} (known: 'accuracy', or a "
                                 "function of (predictions, targets))")
+        if name in chosen or name in _HISTORY_KEYS:
+            taken = chosen[name].label if name in chosen else "the run's own figure"
+            raise TrainingError(f"metrics[{index}] is named {name!r}, as {taken} is: the "
+                                "history keeps each figure under its name (give a function "
+                                "its own name with def)")
+        chosen[name] = _Metric(function, f"{name!r} (metrics[{index}])")
     return chosen
 
 

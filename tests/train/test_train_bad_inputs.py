@@ -5,6 +5,7 @@ bare TypeError, OverflowError or OSError from deep inside, nor silently wrong we
 from __future__ import annotations
 
 import os
+import re
 import socket
 import stat
 
@@ -235,6 +236,24 @@ def high(predictions, targets):
 
 def several(predictions, targets):
     return np.array([0.5, 0.25])
+
+
+def loss(predictions, targets):
+    return 0.0
+
+
+@pytest.mark.parametrize("run", [_fit, _evaluate])
+@pytest.mark.parametrize(("metrics", "problem"), [
+    ([lambda p, t: 1.0, lambda p, t: 2.0], "metrics[1] is named '<lambda>', as '<lambda>' "
+                                           "(metrics[0]) is"),
+    (["accuracy", "accuracy"], "metrics[1] is named 'accuracy', as 'accuracy' (metrics[0]) is"),
+    ([loss], "metrics[0] is named 'loss', as the run's own figure is"),
+], ids=["two-lambdas", "accuracy-twice", "loss"])
+def test_two_metrics_of_one_name_are_refused(run, metrics, problem):
+    """The history keeps each figure under its name: a second metric of the same name (two
+    lambdas, say), or one named as the loss, overwrote the first in silence."""
+    with pytest.raises(TrainingError, match=re.escape(problem)):
+        run(_model(), metrics=metrics)
 
 
 @pytest.mark.parametrize("run", [_fit, _evaluate])
