@@ -147,6 +147,8 @@ class CheckedExecutable(Executable):
     def run(self, inputs: Sequence[Buffer]) -> list[Buffer]:
         # Runs on every call: messages are formatted only for an error.
         device, graph = self.device, self.graph
+        if device._closed:
+            raise device.closed_error(self._where)
         if not isinstance(inputs, list | tuple) or len(inputs) != len(graph.inputs):
             raise InputBindingError(self._miscounted(inputs, "buffers"))
         for value, buffer in zip(graph.inputs, inputs, strict=True):
@@ -303,6 +305,8 @@ class CheckedDevice(Device):
 
     def upload(self, array: np.ndarray) -> Buffer:
         where = self._upload_where
+        if self._closed:
+            raise self.closed_error(where)
         array, expected = host_array(array, where)
         try:
             buffer = self.inner.upload(array)
@@ -321,6 +325,8 @@ class CheckedDevice(Device):
 
     def download(self, buffer: Buffer) -> np.ndarray:
         where = self._download_where
+        if self._closed:
+            raise self.closed_error(where)
         if not self.owns(buffer):
             self.check_owned(buffer, where, InputBindingError)
         if not isinstance(buffer.type, TensorType):
@@ -346,6 +352,8 @@ class CheckedDevice(Device):
 
     def compile(self, graph: Graph, options: CompileOptions) -> Executable:
         where = f"{self.address} Device.compile"
+        if self._closed:
+            raise self.closed_error(where)
         if not isinstance(graph, Graph):
             raise PolyhalError(f"{where}: expected a Graph, got {type(graph).__name__}")
         if not isinstance(options, CompileOptions):
@@ -370,7 +378,15 @@ class CheckedDevice(Device):
         wraps): the device is not to be used again."""
         return self._closed or getattr(self.inner, "closed", False) is True
 
+    @staticmethod
+    def closed_error(where: str) -> DeviceError:
+        """The error of a call (``where``) to a device after :meth:`close`."""
+        return DeviceError(f"{where}: the device is closed (its buffers and executables "
+                           "went with it)")
+
     def close(self) -> None:
+        if self._closed:
+            return
         try:
             guarded(f"{self.address} Device.close", self.inner.close)
         finally:

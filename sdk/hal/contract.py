@@ -167,7 +167,8 @@ class Device:
         raise NotImplementedError("need compile")
 
     def close(self) -> None:
-        """Release the device (default: nothing to release)."""
+        """Release the device (default: nothing to release). polyhal calls it once, and
+        refuses every call after it (a `DeviceError`)."""
 
     @property
     def address(self) -> str:

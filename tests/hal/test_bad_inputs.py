@@ -259,3 +259,25 @@ def test_a_masked_array_is_refused_not_uploaded_without_its_mask(device):
     raises_exactly(InputBindingError, message, executable.run_arrays, [MASKED])
     filled = executable.run_arrays([MASKED.filled(0)])[0]  # what the message suggests
     assert filled.tolist() == [1.0, 0.0, 2.0]
+
+
+@pytest.mark.parametrize(("adapter", "isolate"), [*((a, False) for a in ADAPTERS),
+                                                  ("reference", True)],
+                         ids=[*ADAPTERS, "isolated"])
+def test_a_closed_device_refuses_every_call_alike(adapter, isolate):
+    """An isolated device refused calls after close; an in-process one went on (or failed
+    inside the adapter, whose resources close had freed)."""
+    device = hal.open_device(adapter, isolate=isolate, timeout=30)
+    executable = device.compile(relu_graph(), CompileOptions())
+    buffer = device.upload(np.ones(2, np.float32))
+    device.close()
+    device.close()  # a second close does nothing
+    closed = "the device is closed"
+    raises_exactly(DeviceError, _where(device, "Device.upload") + closed, device.upload,
+                   np.ones(2, np.float32))
+    raises_exactly(DeviceError, _where(device, "Device.download") + closed, device.download,
+                   buffer)
+    raises_exactly(DeviceError, _where(device, "Device.compile") + closed, device.compile,
+                   relu_graph(), CompileOptions())
+    raises_exactly(DeviceError, _where(device, "Executable.run") + closed, executable.run,
+                   [buffer])
