@@ -146,9 +146,9 @@ class ReferenceExecutor:
 
 
 def _not_aliasing(array: np.ndarray, given: list[np.ndarray]) -> np.ndarray:
-    """``array``, or a copy where it may share memory with one of the caller's arrays (a
-    Transpose, Reshape or Identity returns a view of its input): writing to a result
-    must never change the caller's data."""
+    """``array``, or a copy where it may share memory with one of the caller's arrays
+    (Transpose, Reshape, Flatten, Squeeze and Unsqueeze return views of their input):
+    writing to a result must never change the caller's data."""
     if any(np.may_share_memory(array, a) for a in given):
         return array.copy()
     return array
