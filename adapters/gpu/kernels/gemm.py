@@ -29,7 +29,6 @@ def gemm_kernel(a_storage: Storage, b_storage: Storage, c_storage: Storage | Non
     ``(BM / TM) * (BN / TN)`` threads (:func:`launch_shape`)."""
     bm, bn, bk, tm, tn = GEMM_TILE
     tx_count, ty_count = bn // tn, bm // tm
-    slab_width = max(bm, bn)
     threads = tx_count * ty_count
     acc_type = out_storage.compute
     load_a, load_b, store = a_storage.load, b_storage.load, out_storage.store
@@ -42,8 +41,8 @@ def gemm_kernel(a_storage: Storage, b_storage: Storage, c_storage: Storage | Non
         tid = cuda.threadIdx.x
         row0 = cuda.blockIdx.y * bm
         col0 = cuda.blockIdx.x * bn
-        # One shared array for both slabs (A's in row 0, B's in row 1).
-        slabs = cuda.shared.array((2, bk, slab_width), acc_type)
+        a_slab = cuda.shared.array((bk, bm), acc_type)
+        b_slab = cuda.shared.array((bk, bn), acc_type)
         acc = cuda.local.array((tm, tn), acc_type)
         for i in range(tm):
             for j in range(tn):
@@ -61,7 +60,7 @@ def gemm_kernel(a_storage: Storage, b_storage: Storage, c_storage: Storage | Non
                     v = acc_type(load_a(a[abase + (row0 + r) * sam + (k0 + kk) * sak]))
                     if tf32:
                         v = tf32_round(v)
-                slabs[0, kk, r] = v
+                a_slab[kk, r] = v
             for e in range(tid, bk * bn, threads):
                 kk = e // bn
                 col = e % bn
@@ -70,13 +69,13 @@ def gemm_kernel(a_storage: Storage, b_storage: Storage, c_storage: Storage | Non
                     v = acc_type(load_b(b[bbase + (k0 + kk) * sbk + (col0 + col) * sbn]))
                     if tf32:
                         v = tf32_round(v)
-                slabs[1, kk, col] = v
+                b_slab[kk, col] = v
             cuda.syncthreads()
             for kk in range(bk):
                 for i in range(tm):
-                    av = slabs[0, kk, ty + i * ty_count]
+                    av = a_slab[kk, ty + i * ty_count]
                     for j in range(tn):
-                        acc[i, j] += av * slabs[1, kk, tx + j * tx_count]
+                        acc[i, j] += av * b_slab[kk, tx + j * tx_count]
             cuda.syncthreads()
         obase = batch * m * n
         for i in range(tm):
