@@ -1,18 +1,23 @@
-"""The direct Conv kernel's threading: any thread count gives the same bits, callers
-may run at once, a forked child convolves, a worker's error reaches its caller, and
-an interrupted caller waits for its workers."""
+"""The direct Conv kernel's tile and threading: the tile fits the registers numba
+compiles for (and the AVX2 tile runs right on a host with AVX-512), any thread count
+gives the same bits, callers may run at once, a forked child convolves, a worker's
+error reaches its caller, and an interrupted caller waits for its workers."""
 
 from __future__ import annotations
 
 import multiprocessing
+import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from polyhal.adapters.cpu import threads as cpu_threads
-from polyhal.adapters.cpu.kernels import direct_conv
+from polyhal.adapters.cpu.kernels import direct_conv, simd
 from polyhal.adapters.cpu.kernels.crew import Crew
 
 
@@ -45,6 +50,46 @@ def threads():
     """Sets the thread count for one test, then restores the default."""
     yield cpu_threads.set_count
     cpu_threads.set_count(cpu_threads.available())
+
+
+def test_the_tile_fits_the_registers_numba_compiles_for():
+    wide = simd.has_avx512()
+    tile = (direct_conv.VECTOR_BYTES, direct_conv.TILE_PIXELS, direct_conv.TILE_VECTORS)
+    assert tile == ((64, 8, 1) if wide else (32, 4, 2))
+    # Either way a block is 16 float32 or 8 float64 channels: packed filters agree.
+    assert direct_conv.block_channels(np.dtype(np.float32)) == 16
+    assert direct_conv.block_channels(np.dtype(np.float64)) == 8
+
+
+def test_numba_reads_the_cpu_features_it_compiles_for(monkeypatch):
+    from numba.core import config
+
+    monkeypatch.setattr(config, "CPU_FEATURES", "+avx2,+fma,-avx512f,+avx512vl")
+    assert simd.compiled_features() == {"avx2", "fma", "avx512vl"}
+    assert not simd.has_avx512()
+    monkeypatch.setattr(config, "CPU_FEATURES", "+avx2,+avx512f,+avx512vl")
+    assert simd.has_avx512()
+
+
+def test_the_avx2_tile_matches_the_reference_on_a_host_with_avx512(tmp_path):
+    """Compiled for AVX2 (numba told the host has no AVX-512, with a cache of its
+    own), the conv tests of this file and of the kernel tests pass with the 4 x 2 tile."""
+    if not simd.has_avx512():
+        pytest.skip("numba compiles for AVX2 here: every other conv test runs its tile")
+    from numba.core.codegen import get_host_cpu_features
+
+    features = ",".join(f"-{f[1:]}" if f[1:].startswith("avx512") else f
+                        for f in get_host_cpu_features().split(","))
+    env = {**os.environ, "NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": features,
+           "NUMBA_CACHE_DIR": str(tmp_path)}
+    tests = Path(__file__).parent
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         "-k", "(conv or tile or thread) and not avx512",
+         str(tests / "test_cpu_direct_conv.py"), str(tests / "test_cpu_kernels.py")],
+        env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert " passed" in result.stdout and " skipped" not in result.stdout
 
 
 def test_any_thread_count_gives_the_same_bits(threads):

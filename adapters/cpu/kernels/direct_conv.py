@@ -13,10 +13,13 @@ thin channel counts of small CNNs, where a GEMM is too narrow for BLAS.
 
 numba's own loop vectorizer cannot be relied on for this: it vectorizes the
 reduction over the window instead of the channels and spills the
-accumulators (measured: 3 GFLOP/s against the micro-kernel's 75-90 per core on
-the 16-channel layers of ``benchmarks/models.py``). The IR uses LLVM vector types,
-so the same code is correct on any target; its register budget is sized for
-AVX2 (16 vector registers of :data:`VECTOR_BYTES`).
+accumulators (measured: 3 GFLOP/s against the micro-kernel's 95-115 per core on
+the layers of ``benchmarks/models.py``). The IR uses LLVM vector types,
+so the same code is correct on any target; the vector width and the tile are
+sized for the registers of the CPU numba compiles for (:data:`TILE_PIXELS`). The
+inner loop over a window row only advances pointers computed before it: with
+its indices recomputed at every step, the addresses spilled to the stack and the
+AVX2 tile took 8.5 ms on those layers (one thread) where it now takes 7.0.
 
 Output channels are processed in blocks of ``TILE_VECTORS`` vectors; the
 filters and bias are padded with zeros to whole blocks (:func:`pack_filters`)
@@ -40,15 +43,18 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from polyhal.adapters.cpu import threads as cpu_threads
-from polyhal.adapters.cpu.kernels import crew
-from polyhal.adapters.cpu.kernels.simd import VECTOR_BYTES, VectorCodegen
+from polyhal.adapters.cpu.kernels import crew, simd
 
-TILE_PIXELS = 4
-"""Adjacent output pixels one micro-kernel call computes."""
-TILE_VECTORS = 2
-"""Output-channel vectors per pixel: 4 x 2 accumulators, two filter vectors and a
-broadcast leave room in 16 registers (tiles of 3 x 4, 2 x 4, 6 x 2 and 8 x 1 pixels
-x vectors were measured slower)."""
+_WIDE = simd.has_avx512()
+VECTOR_BYTES = simd.AVX512_VECTOR_BYTES if _WIDE else simd.VECTOR_BYTES
+"""Bytes of the micro-kernel's vectors: AVX-512's where numba compiles for it."""
+TILE_PIXELS, TILE_VECTORS = (8, 1) if _WIDE else (4, 2)
+"""Adjacent output pixels one micro-kernel call computes, and its SIMD vectors of
+output channels per pixel. With AVX-512, 8 x 1 accumulators of 16 float32 (one
+vector covers a 16-channel layer without waste; tiles of 8 x 2 and 12 x 1, and
+AVX2's vectors in an 8 x 2 tile, were measured 15-100% slower). With AVX2, 4 x 2
+accumulators, two filter vectors and a broadcast leave room in its 16 registers (8 x 1
+and 6 x 2 were measured 15-50% slower)."""
 MIN_ROWS_PER_THREAD = 8
 """Output rows below which a thread is not worth waking."""
 CHUNKS_PER_THREAD = 8
@@ -93,23 +99,30 @@ def _tile_kernel(pixels: int, vectors: int) -> Any:
             rows_p, filters_p, bias_p, out_p, residual_p = (
                 context.make_array(t)(context, builder, a).data
                 for a, t in zip(args[:5], sig.args[:5], strict=True))
-            ir_ = VectorCodegen(context, builder, sig.args[0].dtype)
+            ir_ = simd.VectorCodegen(context, builder, sig.args[0].dtype, VECTOR_BYTES)
             width, filter_row = ir_.width, f_steps_[2]
             slots = ir_.accumulators(pixels, vectors, bias_p, block_)
             with (cgutils.for_range(builder, counts_[0]) as kh_loop,
-                  cgutils.for_range(builder, counts_[1]) as kw_loop,
-                  cgutils.for_range(builder, counts_[2]) as c_loop):
-                kh, kw, c = kh_loop.index, kw_loop.index, c_loop.index
-                x_start = ir_.add(x0_, ir_.mul(kh, x_steps_[0]), ir_.mul(kw, x_steps_[1]), c)
-                f_row = ir_.add(f0_, ir_.mul(kh, f_steps_[0]), ir_.mul(kw, f_steps_[1]), c)
-                f_start = ir_.add(ir_.mul(f_row, filter_row), block_)
-                weights = [ir_.load_vector(filters_p, ir_.add(f_start, ir_.const(j * width)))
-                           for j in range(vectors)]
-                for p, row in enumerate(slots):
-                    offset = ir_.add(x_start, ir_.mul(ir_.const(p), pixel_step_))
-                    spread = ir_.splat(builder.load(builder.gep(rows_p, [offset],
-                                                                inbounds=True)))
-                    ir_.multiply_add(row, spread, weights)
+                  cgutils.for_range(builder, counts_[1]) as kw_loop):
+                kh, kw = kh_loop.index, kw_loop.index
+                # Each pixel's and the filters' first element of this (kh, kw), computed
+                # once: the inner loop only adds ``c`` to pointers.
+                x_start = ir_.add(x0_, ir_.mul(kh, x_steps_[0]), ir_.mul(kw, x_steps_[1]))
+                pixel_rows = [builder.gep(rows_p, [ir_.add(x_start, ir_.mul(ir_.const(p),
+                                                                          pixel_step_))],
+                                          inbounds=True) for p in range(pixels)]
+                f_row = ir_.add(f0_, ir_.mul(kh, f_steps_[0]), ir_.mul(kw, f_steps_[1]))
+                filter_rows = builder.gep(filters_p, [ir_.add(ir_.mul(f_row, filter_row), block_)],
+                                          inbounds=True)
+                with cgutils.for_range(builder, counts_[2]) as c_loop:
+                    c = c_loop.index
+                    f_start = ir_.mul(c, filter_row)
+                    weights = [ir_.load_vector(filter_rows, ir_.add(f_start, ir_.const(j * width)))
+                               for j in range(vectors)]
+                    for pixel_row, row in zip(pixel_rows, slots, strict=True):
+                        spread = ir_.splat(builder.load(builder.gep(pixel_row, [c],
+                                                                    inbounds=True)))
+                        ir_.multiply_add(row, spread, weights)
             for p, row in enumerate(slots):
                 for j, slot in enumerate(row):
                     value = builder.load(slot)

@@ -3,8 +3,9 @@
 The micro-kernels (:mod:`.direct_conv`, :mod:`.packed_gemm`) are numba
 intrinsics that emit LLVM IR over vector types of :data:`VECTOR_BYTES`, so that
 their accumulators stay in registers (numba's own loop vectorizer cannot be
-relied on to do that). The IR is target-independent; the register budgets of
-the tiles are sized for AVX2 (16 vector registers).
+relied on to do that). The IR is target-independent: each kernel picks a vector
+width and a tile that fit the registers of the CPU numba compiles for
+(:func:`has_avx512`: 32 registers of 64 bytes, else AVX2's 16 of 32).
 """
 
 from __future__ import annotations
@@ -16,15 +17,35 @@ from numba import types
 from numba.core import cgutils
 
 VECTOR_BYTES = 32
-"""Bytes of one SIMD vector (an AVX2 register): 8 float32 or 4 float64 lanes."""
+"""Bytes of one AVX2 register: 8 float32 or 4 float64 lanes."""
+AVX512_VECTOR_BYTES = 64
+"""Bytes of one AVX-512 register: 16 float32 or 8 float64 lanes."""
+
+
+def compiled_features() -> frozenset[str]:
+    """The CPU features numba compiles for: ``NUMBA_CPU_FEATURES`` where set, else
+    the host's (as numba's JIT reads them)."""
+    from numba.core import config
+    from numba.core.codegen import get_host_cpu_features
+
+    features = config.CPU_FEATURES if config.CPU_FEATURES is not None else (
+        get_host_cpu_features())
+    return frozenset(f[1:] for f in features.split(",") if f.startswith("+"))
+
+
+def has_avx512() -> bool:
+    """Whether numba's code may use AVX-512's 32 vector registers of 64 bytes (and
+    the 32-byte ones among them, AVX-512VL)."""
+    return {"avx512f", "avx512vl"} <= compiled_features()
 
 
 class VectorCodegen:
-    """LLVM IR helpers over one vector type (``VECTOR_BYTES`` of the array's dtype)."""
+    """LLVM IR helpers over one vector type: ``vector_bytes`` of the array's dtype."""
 
-    def __init__(self, context: Any, builder: ir.IRBuilder, dtype: types.Float) -> None:
+    def __init__(self, context: Any, builder: ir.IRBuilder, dtype: types.Float,
+                 vector_bytes: int = VECTOR_BYTES) -> None:
         self.builder = builder
-        self.width = VECTOR_BYTES * 8 // dtype.bitwidth
+        self.width = vector_bytes * 8 // dtype.bitwidth
         self.vector = ir.VectorType(context.get_value_type(dtype), self.width)
         self.i32, self.i64 = ir.IntType(32), ir.IntType(64)
         suffix = f"v{self.width}f{dtype.bitwidth}"
