@@ -24,6 +24,28 @@ message names what is wrong and where (node, op, input, attribute, file).
 
 from __future__ import annotations
 
+import reprlib
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = _REPR.maxlong = 200
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """``value`` as an error message shows it: its ``repr``, cut to ``limit``
+    characters when longer (then ``...`` and the value's type, and a string's
+    length), so a huge value from a model file or a caller cannot flood a message
+    nor take long to format (containers show their first few items). A value whose
+    ``repr`` fails (or an int too long to print) shows as its type."""
+    if isinstance(value, str):
+        if len(value) <= limit:
+            return repr(value)
+        return f"{value[:limit]!r}... (str, {len(value)} characters)"
+    try:
+        text = _REPR.repr(value)
+    except Exception:  # a message must not fail on the value it names
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else f"{text[:limit]}... ({type(value).__name__})"
+
 
 class PolyhalError(Exception):
     """Base class of every error polyhal raises on purpose."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
-from polyhal.errors import AdapterContractError, PolyhalError
+from polyhal.errors import AdapterContractError, PolyhalError, shown
 from polyhal.hal.checked import CheckedDevice, guarded, open_checked
 from polyhal.hal.checks import check_adapter_class
 from polyhal.hal.contract import Adapter, Device, DeviceInfo
@@ -174,23 +174,14 @@ def parse_address(address: str) -> tuple[str, int]:
     """``"gpu:1"`` -> ``("gpu", 1)``; ``"cpu"`` -> ``("cpu", 0)``."""
     match = _ADDRESS.fullmatch(address.strip()) if isinstance(address, str) else None
     if match is None:
-        raise PolyhalError(f"bad device address {_shown(address)}: expected ADAPTER or "
+        raise PolyhalError(f"bad device address {shown(address)}: expected ADAPTER or "
                            "ADAPTER:INDEX (e.g. 'cpu', 'gpu:1')")
     digits = match.group(2) or "0"
     if len(digits) > MAX_INDEX_DIGITS:
-        raise PolyhalError(f"bad device address {_shown(address)}: its index has "
+        raise PolyhalError(f"bad device address {shown(address)}: its index has "
                            f"{len(digits)} digits; a device index has at most "
                            f"{MAX_INDEX_DIGITS}")
     return match.group(1), int(digits)
-
-
-def _shown(address: object, limit: int = 60) -> str:
-    """``address`` as a message shows it: its repr, cut short when it is long."""
-    text = repr(address)
-    if len(text) <= limit:
-        return text
-    size = f", {len(address)} characters" if isinstance(address, str) else ""
-    return f"{text[:limit]}... ({type(address).__name__}{size})"
 
 
 def open_device(address: str, *, isolate: bool = False, timeout: float | None = None,

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 
-from polyhal.errors import IRError, LimitExceededError
+from polyhal.errors import IRError, LimitExceededError, shown
 
 Dim = int | str
 Poly = dict[tuple[str, ...], int]
@@ -43,16 +43,11 @@ def is_static(dim: Dim) -> bool:
     return isinstance(dim, int)
 
 
-def _short(text: str) -> str:
-    """``text`` for an error message: at most about 60 characters."""
-    return repr(text) if len(text) <= 60 else repr(text[:57]) + "..."
-
-
 @lru_cache(maxsize=4096)
 def _parse(text: str) -> tuple[tuple[tuple[str, ...], int], ...]:
     if len(text) > MAX_EXPR_LENGTH:
-        raise LimitExceededError(f"dimension {_short(text)} is {len(text)} characters long, "
-                                 f"over the limit of {MAX_EXPR_LENGTH}")
+        raise LimitExceededError(f"dimension {shown(text)} is over the limit of "
+                                 f"{MAX_EXPR_LENGTH} characters")
     tokens: list[str] = []
     for number, name, other in _TOKEN.findall(text):
         if other and not other.isspace() and other not in "+-*()":
@@ -73,7 +68,7 @@ def _parse(text: str) -> tuple[tuple[tuple[str, ...], int], ...]:
 
     def factor(depth: int) -> Poly:
         if depth > MAX_DEPTH:
-            raise LimitExceededError(f"dimension {_short(text)} nests deeper than {MAX_DEPTH} "
+            raise LimitExceededError(f"dimension {shown(text)} nests deeper than {MAX_DEPTH} "
                                      "levels")
         tok = take()
         if tok == "(":
@@ -106,7 +101,7 @@ def _parse(text: str) -> tuple[tuple[tuple[str, ...], int], ...]:
     try:
         poly = expr(0)
     except _TooManyTerms:
-        raise LimitExceededError(f"dimension {_short(text)} expands to more than {MAX_TERMS} "
+        raise LimitExceededError(f"dimension {shown(text)} expands to more than {MAX_TERMS} "
                                  "terms") from None
     if pos != len(tokens):
         raise ValueError(f"unexpected {tokens[pos]!r}")
@@ -177,8 +172,8 @@ def from_poly(poly: Poly) -> Dim:
         parts.append(text if not parts and sign == "+" else (sign + text if parts else "-" + text))
     result = "".join(parts)
     if len(result) > MAX_EXPR_LENGTH:
-        raise LimitExceededError(f"dimension {_short(result)} is {len(result)} characters long "
-                                 f"in canonical form, over the limit of {MAX_EXPR_LENGTH}")
+        raise LimitExceededError(f"dimension {shown(result)} is over the limit of "
+                                 f"{MAX_EXPR_LENGTH} characters long in canonical form")
     return result
 
 
@@ -186,16 +181,16 @@ def canonical(dim: Dim, where: str = "dimension") -> Dim:
     """``dim`` in canonical form; an :class:`IRError` naming ``where`` if invalid
     (a :class:`LimitExceededError` if it is too long or expands too far)."""
     if isinstance(dim, bool) or not isinstance(dim, int | str):
-        raise IRError(f"{where}: {repr(dim)[:80]} is not a dimension (an int or a symbol "
+        raise IRError(f"{where}: {shown(dim)} is not a dimension (an int or a symbol "
                       "expression)")
     try:
         result = dim if isinstance(dim, int) else from_poly(to_poly(dim))
     except ValueError as exc:
-        raise IRError(f"{where}: cannot parse dimension {_short(dim)}: {exc}") from None
+        raise IRError(f"{where}: cannot parse dimension {shown(dim)}: {exc}") from None
     except LimitExceededError as exc:
         raise LimitExceededError(f"{where}: {exc}") from None
     if isinstance(result, int) and result < 0:
-        written = "" if result == dim else f" ({_short(str(dim))})"
+        written = "" if result == dim else f" ({shown(str(dim))})"
         raise IRError(f"{where}: dimension {result}{written} is negative")
     return result
 
@@ -205,7 +200,7 @@ def _combined(a: Dim, op: str, b: Dim, poly: Callable[[], Poly]) -> Dim:
     try:
         return from_poly(poly())
     except _TooManyTerms:
-        raise LimitExceededError(f"dimension ({_short(str(a))}){op}({_short(str(b))}) expands "
+        raise LimitExceededError(f"dimension ({shown(str(a))}){op}({shown(str(b))}) expands "
                                  f"to more than {MAX_TERMS} terms") from None
 
 

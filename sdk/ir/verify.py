@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from polyhal.errors import IRError, LimitExceededError, VerificationError
+from polyhal.errors import IRError, LimitExceededError, VerificationError, shown
 from polyhal.ir import dims as D
 from polyhal.ir.dtypes import DType
 from polyhal.ir.limits import current_limits
@@ -73,7 +73,7 @@ def resolve_attrs(op: OpDef, attrs: Mapping[str, Any], where: str) -> dict[str, 
 def _describe(value: Any) -> str:
     if isinstance(value, tuple):
         return "a list of " + ", ".join(sorted({type(v).__name__ for v in value}) or {"nothing"})
-    return f"{type(value).__name__} {value!r}"[:80]
+    return f"{type(value).__name__} {shown(value)}"
 
 
 def infer_node(op: OpDef, node_name: str, input_types: Sequence[TensorType | None],

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from polyhal.errors import TrainingError
+from polyhal.errors import TrainingError, shown
 
 MAX_LR = float(np.finfo(np.float32).max)
 """The largest learning rate: the rate is a float32 graph input (``lr``), and a larger one
@@ -125,7 +125,3 @@ def functions(value: Any, name: str, where: str) -> list[Callable[..., Any]]:
     return list(value)
 
 
-def shown(value: Any) -> str:
-    """``repr(value)``, cut to 60 characters, for an error message."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from polyhal.errors import CheckpointError, DeviceError, IRError, TrainingError
+from polyhal.errors import CheckpointError, DeviceError, IRError, TrainingError, shown
 from polyhal.hal.contract import Device
 from polyhal.ir.dtypes import DType
 from polyhal.ir.types import TensorType
@@ -92,9 +92,9 @@ def _metric_value(value: Any, label: str, where: str) -> float:
         try:
             return float(number)
         except OverflowError:
-            raise TrainingError(f"{where}: metric {label} returned {checks.shown(value)}, which is "
+            raise TrainingError(f"{where}: metric {label} returned {shown(value)}, which is "
                                 "too large for a float") from None
-    raise TrainingError(f"{where}: metric {label} returned {checks.shown(value)}; a metric must "
+    raise TrainingError(f"{where}: metric {label} returned {shown(value)}; a metric must "
                         "return one number (a float, an int, a bool or a numeric array of "
                         "one element)")
 

@@ -16,9 +16,9 @@ from collections.abc import Mapping
 import numpy as np
 
 from polyhal import ops
-from polyhal.errors import IRError
+from polyhal.errors import IRError, shown
 from polyhal.ir.builder import Var
-from polyhal.train.checks import MAX_LR, shown
+from polyhal.train.checks import MAX_LR
 
 
 def _check(name: str, value: float, low: float, high: float | None = None,

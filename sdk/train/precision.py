@@ -17,9 +17,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from polyhal.errors import TrainingError
+from polyhal.errors import TrainingError, shown
 from polyhal.ir.dtypes import DType
-from polyhal.train.checks import shown
 
 PRECISIONS: dict[str, DType | None] = {"fp32": None, "fp16": DType.FLOAT16,
                                        "bf16": DType.BFLOAT16}

@@ -15,8 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from polyhal.errors import CheckpointError
-from polyhal.train.checks import shown
+from polyhal.errors import CheckpointError, shown
 from polyhal.train.history import History
 
 _COUNTERS = ("step", "epoch", "batch")

@@ -155,11 +155,11 @@ def test_an_output_whose_type_is_no_tensor_type_blames_the_adapter():
 
 
 @pytest.mark.parametrize(("address", "problem"), [
-    ("cpu:" + "9" * 5000, r"'cpu:9{55}\.\.\. \(str, 5004 characters\): its index has 5000 "
+    ("cpu:" + "9" * 5000, r"'cpu:9{56}'\.\.\. \(str, 5004 characters\): its index has 5000 "
                           "digits; a device index has at most 18$"),
     ("cpu:" + "1" * 19, r"'cpu:1{19}': its index has 19 digits; a device index has at most "
                         "18$"),
-    ("!" * 1000, r"'!{59}\.\.\. \(str, 1000 characters\): expected ADAPTER or ADAPTER:INDEX"),
+    ("!" * 1000, r"'!{60}'\.\.\. \(str, 1000 characters\): expected ADAPTER or ADAPTER:INDEX"),
 ], ids=["5000 digits", "19 digits", "1000 characters"])
 def test_a_malformed_address_is_named_briefly(address, problem):
     raises_exactly(PolyhalError, "^bad device address " + problem, hal.parse_address, address)

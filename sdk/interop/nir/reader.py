@@ -26,7 +26,13 @@ import h5py
 import nir
 import numpy as np
 
-from polyhal.errors import LimitExceededError, PolyhalError, SerializationError, VerificationError
+from polyhal.errors import (
+    LimitExceededError,
+    PolyhalError,
+    SerializationError,
+    VerificationError,
+    shown,
+)
 from polyhal.interop.nir.primitives import check_supported
 from polyhal.interop.nir.structure import MAX_DEPTH
 from polyhal.interop.worker import DEFAULT_TIMEOUT_S, call_with_timeout
@@ -262,4 +268,4 @@ def _describe(value: Any) -> str:
         return str(value.tolist())
     if isinstance(value, np.generic):
         value = value.item()
-    return repr(value)[:80]
+    return shown(value)
