@@ -50,7 +50,8 @@ def call_with_timeout(fn: Callable[..., Any], args: tuple[Any, ...], what: str,
     try:
         if not parent.poll(timeout_s):
             raise SerializationError(f"{what} did not finish within {timeout_s:g} s (a damaged "
-                                     "file can make its parser loop); it was stopped")
+                                     "file can make its parser loop); it was stopped "
+                                     "(polyhal.ir.Limits.max_parse_seconds sets the time)")
         try:
             message = parent.recv()
         except EOFError:

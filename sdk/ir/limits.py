@@ -34,6 +34,10 @@ class Limits:
     """Nodes in one graph."""
     max_file_bytes: int = 64 << 20
     """Bytes of a model's JSON document."""
+    max_parse_seconds: float = 60.0
+    """Seconds a parser that runs in a worker process may take: a NIR file is read
+    through libhdf5, which a damaged file can send into a loop (a legitimate file
+    of the size limit parses in seconds)."""
 
     def check_shape(self, shape: Sequence[int], where: str | Callable[[], str]) -> None:
         """Raise :class:`LimitExceededError` if a tensor of ``shape`` is too big; the

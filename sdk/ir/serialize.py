@@ -28,7 +28,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from polyhal.errors import IRError, LimitExceededError, SerializationError
+from polyhal.errors import IRError, LimitExceededError, SerializationError, shown
 from polyhal.files import display, open_regular, read_limited, write_atomically
 from polyhal.ir.dtypes import DType
 from polyhal.ir.graph import Graph, Node, Value
@@ -313,8 +313,11 @@ def _decode_float(value: Any, reader: _Reader, where: str) -> float:
     if isinstance(value, str) and value in ("nan", "inf", "-inf"):
         return float(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise reader.fail(where, f"expected a number, got {value!r}")
-    return float(value)
+        raise reader.fail(where, f"expected a number, got {shown(value)}")
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond float64's range
+        raise reader.fail(where, f"{shown(value)} is too large for a float") from None
 
 
 def _decode_attr(obj: Any, reader: _Reader, store: _TensorStore, where: str) -> Any:

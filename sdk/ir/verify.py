@@ -54,7 +54,7 @@ def resolve_attrs(op: OpDef, attrs: Mapping[str, Any], where: str) -> dict[str, 
             bad = not isinstance(value, tuple) or not all(
                 isinstance(v, _KIND_CHECKS[element]) for v in value)
             if not bad and kind is AttrKind.FLOATS:
-                value = tuple(float(v) for v in value)
+                value = tuple(_as_float(v, where, name) for v in value)
         elif kind is AttrKind.DTYPE:
             if isinstance(value, str):
                 value = DType.parse(value, f"{where}: attribute {name!r}")
@@ -62,12 +62,21 @@ def resolve_attrs(op: OpDef, attrs: Mapping[str, Any], where: str) -> dict[str, 
         else:
             bad = not isinstance(value, _KIND_CHECKS[kind.value])
             if not bad and kind is AttrKind.FLOAT:
-                value = float(value)
+                value = _as_float(value, where, name)
         if bad:
             raise VerificationError(f"{where}: attribute {name!r} must be {kind.value}, "
                                     f"got {_describe(value)}")
         resolved[name] = value
     return resolved
+
+
+def _as_float(value: float, where: str, name: str) -> float:
+    """A float attribute's value (an int given for it too) as a float."""
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond float64's range
+        raise VerificationError(f"{where}: attribute {name!r} is {shown(value)}, too large "
+                                "for a float") from None
 
 
 def _describe(value: Any) -> str:

@@ -143,3 +143,18 @@ def test_a_delay_too_long_to_count_in_steps_is_refused_not_wrapped_around():
     with pytest.raises(VerificationError, match=r"node 'd' \(snn.Delay\): a delay of 2e\+300 "
                                                 r"steps \(dt=0.5\) is over the limit"):
         load_nir(graph, dt=DT)
+
+
+def test_a_parse_that_runs_past_the_limit_is_stopped(tmp_path, monkeypatch):
+    from polyhal.interop.nir import reader
+    from polyhal.ir import Limits, use_limits
+
+    path = tmp_path / "model.nir"
+    nir.write(path, nir.NIRGraph.from_list(_lif()))
+    monkeypatch.setattr(reader, "_read", lambda *args: time.sleep(30))  # as libhdf5 loops
+    start = time.perf_counter()
+    with use_limits(Limits(max_parse_seconds=0.5)), pytest.raises(
+            SerializationError, match=r"model.nir: reading the NIR file did not finish within "
+                                      r"0.5 s .* \(polyhal.ir.Limits.max_parse_seconds"):
+        load_nir(path, dt=DT)
+    assert time.perf_counter() - start < 10

@@ -74,3 +74,21 @@ def test_a_node_that_breaks_its_onnx_schema_is_refused_naming_it(node, opset, in
     with pytest.raises(SerializationError, match=re.escape(
             f"node '{node.op_type}_0' (ai.onnx.{node.op_type}, opset {opset}): {message}")):
         load_onnx(model)
+
+
+@pytest.mark.parametrize(("text", "field"), [
+    (b"batch", r"graph\.input\[0\]\.type\.tensor_type\.shape\.dim\[0\]\.dim_param"),
+    (b"relu_node", r"graph\.node\[0\]\.name"),
+    (b"Relu", r"graph\.node\[0\]\.op_type"),
+])
+def test_text_that_is_not_utf8_is_named_where_it_is(text, field):
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="relu_node")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch"])])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]
+                             ).SerializeToString()
+    broken = data.replace(text, text[:1] + b"\x80" + text[2:], 1)  # same length, not UTF-8
+    with pytest.raises(SerializationError, match=rf"^<onnx bytes>: model\.{field} is not UTF-8 "
+                                                 r"text: b'.\\x80"):
+        load_onnx(broken)

@@ -298,3 +298,24 @@ def test_a_tensor_type_with_a_negative_expression_is_an_ir_error():
     with pytest.raises(IRError, match=r"dimension -1 \('n-n-1'\) is negative"):
         TensorType("float32", ("n-n-1",))
 
+
+
+@pytest.mark.parametrize("attr", [{"float": 10**400}, {"floats": [1.0, 10**400]},
+                                  {"int": 10**400}], ids=["float", "floats", "int"])
+def test_a_float_attribute_too_large_for_a_float_is_named(tmp_path, attr):
+    g = GraphBuilder("leaky")
+    g.output(polyhal.ops.leaky_relu(g.input("x", f32[2]), alpha=0.1))
+    path = tmp_path / "model.json"
+    save(g.build(), path)
+    doc = json.loads(path.read_text())
+    doc["nodes"][0]["attrs"]["alpha"] = attr
+    path.write_text(json.dumps(doc))
+    with pytest.raises(IRError, match=r"1000000000.*\.\.\. \(int\)(, too large| is too large) "
+                                      "for a float"):
+        load_model(path)
+
+
+def test_a_float_attribute_too_large_for_a_float_is_named_when_building():
+    g = GraphBuilder("leaky")
+    with pytest.raises(VerificationError, match=r"attribute 'alpha' is 1000.*\(int\), too large"):
+        polyhal.ops.leaky_relu(g.input("x", f32[2]), alpha=10**400)

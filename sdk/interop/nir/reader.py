@@ -35,7 +35,7 @@ from polyhal.errors import (
 )
 from polyhal.interop.nir.primitives import check_supported
 from polyhal.interop.nir.structure import MAX_DEPTH
-from polyhal.interop.worker import DEFAULT_TIMEOUT_S, call_with_timeout
+from polyhal.interop.worker import call_with_timeout
 from polyhal.ir.limits import Limits
 
 _SHAPE_FIELD = {"Input": "shape", "Output": "shape"}
@@ -54,14 +54,14 @@ MAX_EDGES = 1 << 20
 """Edges of one NIR graph (also bounded by the square of ``Limits.max_nodes``)."""
 
 
-def read_nir_file(path: str | os.PathLike[str], limits: Limits,
-                  timeout_s: float = DEFAULT_TIMEOUT_S) -> nir.NIRGraph:
+def read_nir_file(path: str | os.PathLike[str], limits: Limits) -> nir.NIRGraph:
     """The NIR graph in the file at ``path``, read without executing anything from it,
-    in a worker process stopped after ``timeout_s``.
+    in a worker process stopped after ``limits.max_parse_seconds``.
 
     Errors do not repeat ``path``: :func:`~polyhal.interop.nir.load_nir` adds it.
     """
-    return call_with_timeout(_read, (Path(path), limits), "reading the NIR file", timeout_s)
+    return call_with_timeout(_read, (Path(path), limits), "reading the NIR file",
+                             limits.max_parse_seconds)
 
 
 def _read(path: Path, limits: Limits) -> nir.NIRGraph:

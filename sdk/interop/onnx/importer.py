@@ -30,6 +30,7 @@ from polyhal.files import display, read_limited
 from polyhal.interop.onnx.dtypes import to_dtype
 from polyhal.interop.onnx.symbols import Declared, Symbols, declared_type, dim_params
 from polyhal.interop.onnx.tensors import TensorReader
+from polyhal.interop.onnx.text import check_text
 from polyhal.interop.onnx.versions import (
     MIN_IMPORT_OPSET,
     SAME_SINCE,
@@ -66,6 +67,7 @@ def load_onnx(source: Source, *, limits: Limits | None = None) -> Graph:
     limits = limits or current_limits()
     with use_limits(limits):
         model, label, folder = _read(source, limits)
+        check_text(model, label)
         try:
             return _Importer(model, label, folder, limits).run()
         except PolyhalError as exc:
