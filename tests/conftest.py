@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -54,3 +56,17 @@ def worker_requests(monkeypatch):
         return sent
 
     return watch
+
+
+@pytest.fixture(scope="module")
+def fuzzer():
+    """The model-file fuzzer's driver (``scripts/fuzz/model_files.py``). It puts its own
+    folder on ``sys.path`` for its siblings ``seeds`` and ``mutate*`` (``mutate``
+    imports the format modules when it first mutates); that entry is taken off again
+    once the module's tests are done."""
+    path = list(sys.path)
+    sys.path.insert(0, str(Path(REPO_ROOT) / "scripts" / "fuzz"))
+    try:
+        yield importlib.import_module("model_files")
+    finally:
+        sys.path[:] = path

@@ -4,7 +4,6 @@ planted crash or hang is reported with its case id, and a case repeats exactly."
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
 import subprocess
 import sys
@@ -22,21 +21,7 @@ pytest.importorskip("nir")
 pytest.importorskip("h5py")
 
 ROOT = Path(__file__).resolve().parents[1]
-FUZZ = ROOT / "scripts" / "fuzz"
-CASES = 60
-
-
-@pytest.fixture(scope="module")
-def fuzzer():
-    """The fuzzer's driver module. It puts its own folder on ``sys.path`` for its
-    siblings ``seeds`` and ``mutate*`` (``mutate`` imports the format modules when it
-    first mutates); that entry is taken off again once this module's tests are done."""
-    path = list(sys.path)
-    sys.path.insert(0, str(FUZZ))
-    try:
-        yield importlib.import_module("model_files")
-    finally:
-        sys.path[:] = path
+CASES = 100
 
 
 def test_a_short_run_of_every_format_loads_some_and_refuses_some(fuzzer, tmp_path):

@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # seeds.py and mutate*
 
 import mutate
 import numpy as np
-from seeds import FORMATS, FileContent, Link, seeds_of
+from seeds import FORMATS, FileContent, Link, onnx_node_seeds, seeds_of
 
 from polyhal.errors import PolyhalError
 from polyhal.interop.loading import load_model
@@ -93,7 +93,7 @@ def make_case(fmt: str, seed: int, index: int) -> Case:
         raise ValueError(f"unknown format {fmt!r} (known: {', '.join(FORMATS)})")
     rng = random.Random(f"{fmt}:{seed}:{index}")  # a str seed is hashed the same everywhere
     seeds = seeds_of(fmt)
-    base = rng.choice(seeds)
+    base = rng.choice(onnx_node_seeds() if fmt == "onnx" and rng.random() < 0.5 else seeds)
     files = dict(base.files)
     mutations = mutate.mutate(fmt, files, rng, seeds)
     options: dict[str, Any] = {}

@@ -9,6 +9,9 @@ timestamps are fixed), so a case id always names the same input.
 
 >>> [seed.name for seed in seeds_of("json")]  # doctest: +SKIP
 ['mlp', 'conv', 'symbolic', 'mixed', 'embedding']
+
+ONNX cases also start from ONNX's node test cases (:func:`onnx_node_seeds`), half
+of them: those reach every op's own attribute and input checks.
 """
 
 from __future__ import annotations
@@ -211,6 +214,17 @@ def _nir_seeds(scratch: Path) -> list[SeedModel]:
 
 
 _BUILDERS = {"json": _json_seeds, "onnx": _onnx_seeds, "nir": _nir_seeds}
+
+
+@functools.cache
+def onnx_node_seeds() -> tuple[SeedModel, ...]:
+    """ONNX's own node test cases (one model per op and variant, shipped with the onnx
+    package), as seeds that reach every op's attribute checks."""
+    from polyhal.conformance.levels.onnx_node import node_cases
+
+    return tuple(SeedModel(f"node:{case.name}", "model.onnx",
+                           {"model.onnx": case.model.SerializeToString()})
+                 for case in node_cases())
 
 
 @functools.cache
