@@ -60,6 +60,24 @@ class Optimizer(ABC):
             state["step"] = np.zeros((), np.float32)
         return state
 
+    def check_fits(self, params: Mapping[str, Var]) -> None:
+        """Refuse a hyperparameter that is infinite in a parameter's dtype (a
+        ``weight_decay`` of 1e39 for float32 weights, 1e5 for float16 ones): the update
+        computes in the parameter's dtype, where it would turn every weight into inf or
+        NaN without a word."""
+        numbers = [(key, value) for key, value in self.config().items()
+                   if isinstance(value, float)]
+        numbers += [(f"{key}[{i}]", item) for key, value in self.config().items()
+                    if isinstance(value, tuple) for i, item in enumerate(value)]
+        for name, p in params.items():
+            with np.errstate(over="ignore"):
+                too_large = [(key, value) for key, value in numbers
+                             if not np.isfinite(np.asarray(value, p.dtype.numpy))]
+            if too_large:
+                key, value = too_large[0]
+                raise IRError(f"optimizer argument {key}={value} is too large for parameter "
+                              f"{name!r}: it is {p.dtype}, where {value} is infinite")
+
     @abstractmethod
     def update(self, params: Mapping[str, Var], grads: Mapping[str, Var],
                state: Mapping[str, Var], lr: Var) -> tuple[dict[str, Var], dict[str, Var]]:

@@ -141,6 +141,7 @@ def step_graph(model: Model, input_type: TensorType, target_type: TensorType, lo
     finite = _all_finite([env["loss"], *grads.values()])
     if clip_norm is not None:
         grads = clipped(grads, clip_norm)
+    optimizer.check_fits(params)
     new_params, new_state = optimizer.update(params, grads, state, lr)
     g.output(env["loss"], name="loss")
     g.output(env["y"], name="y")

@@ -178,6 +178,26 @@ def test_an_optimizer_argument_too_large_for_a_float_is_named(make):
         make()
 
 
+@pytest.mark.parametrize("optimizer", [
+    train.SGD(0.1, weight_decay=1e39), train.Adam(1e-3, weight_decay=1e39),
+    train.AdamW(1e-3, eps=1e39)])
+def test_a_hyperparameter_infinite_in_the_parameters_dtype_is_refused(optimizer):
+    model = _model()
+    before = model.state_dict()
+    with pytest.raises(IRError, match=r"optimizer argument (weight_decay|eps)=1e\+39 is too "
+                       r"large for parameter '0\.(weight|bias)': it is float32, where 1e\+39 is "
+                       "infinite"):
+        _fit(model, optimizer=optimizer)
+    _unchanged(model, before)
+
+
+def test_a_hyperparameter_finite_in_the_parameters_dtype_is_taken():
+    x, y = train.spirals(16, seed=0)
+    model = nn.Sequential(nn.Linear(2, 2, dtype="float64")).initialize(seed=0)
+    _fit(model, (x.astype(np.float64), y), optimizer=train.SGD(1e-45, weight_decay=1e39))
+    assert all(np.isfinite(v).all() for v in model.state_dict().values())
+
+
 def _set_lr(value):
     optimizer = train.SGD(0.1)
     optimizer.lr = value
