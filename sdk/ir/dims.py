@@ -172,8 +172,8 @@ def from_poly(poly: Poly) -> Dim:
         parts.append(text if not parts and sign == "+" else (sign + text if parts else "-" + text))
     result = "".join(parts)
     if len(result) > MAX_EXPR_LENGTH:
-        raise LimitExceededError(f"dimension {shown(result)} is over the limit of "
-                                 f"{MAX_EXPR_LENGTH} characters long in canonical form")
+        raise LimitExceededError(f"dimension {shown(result)} is longer than "
+                                 f"{MAX_EXPR_LENGTH} characters in canonical form")
     return result
 
 

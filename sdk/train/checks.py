@@ -123,5 +123,3 @@ def functions(value: Any, name: str, where: str) -> list[Callable[..., Any]]:
         raise TrainingError(f"{where}: {name}={shown(value)} must be a list of functions, "
                             f"e.g. {name}=[fn]")
     return list(value)
-
-
