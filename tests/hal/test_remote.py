@@ -79,7 +79,9 @@ def test_hang_times_out_and_actor_restarts(ray_instance):
         start = time.monotonic()
         with pytest.raises(DeviceTimeoutError, match=r"timed out after 2 s") as info:
             executable.run(inputs)
-        assert timeout <= time.monotonic() - start < timeout + 2.5
+        # the hang never ends: stopping at all is the timeout; the slack is for Ray's
+        # actor kill, which goes through its control store (slower on a loaded machine)
+        assert timeout <= time.monotonic() - start < timeout + 5
         assert "test-faulty:0 Executable.run" in str(info.value)
         arrays = mlp_inputs()
         np.testing.assert_allclose(run_on(device, executable, arrays)[0],
