@@ -7,7 +7,8 @@ the process's RSS before the runner was built). First-call compile time is
 reported separately, and so is the first call at a batch size the runner has
 not seen (polyhal `cpu` builds a plan per shape; onnxruntime plans none).
 The `mlp-tiny` row (16-16-16-4 at batch 1) measures the cost of a call
-itself.
+itself. A last table bounds `reference / cpu` by this machine's measured GEMM
+peak: no runner does a model's multiply-adds faster than that.
 
     python benchmarks/cpu_vs_peers.py           # the full run (RESULTS.md)
     python benchmarks/cpu_vs_peers.py --quick   # small shapes, a few reps, one model's
@@ -164,11 +165,52 @@ def bench(quick: bool) -> dict:
                 "new_batch_ms": _new_batch_ms(runners, x),
                 "first_call_s": first,
                 "max_abs_diff_vs_ort": float(np.abs(ours - reference_out).max()),
+                "multiply_adds": multiply_adds(graph, shape),
                 # --quick (CI) measures one model's: the code path, not the figures.
                 "peak_mib": {n: peak_memory(model, n, quick) if not (quick and results)
                              else None for n in RUNNERS},
             }
     return results
+
+
+def multiply_adds(graph, shape: tuple[int, ...]) -> int:
+    """The multiply-adds of the MatMul, Gemm and Conv nodes of ``graph`` at input ``shape``:
+    the work no runner can skip."""
+    from polyhal.passes.specialize import specialize_to
+
+    concrete = specialize_to(graph, [shape])
+    total = 0
+    for node in concrete.nodes:
+        if node.op not in ("MatMul", "Gemm", "Conv"):
+            continue
+        out, weights = node.outputs[0].type.shape, concrete.value_type(node.inputs[1]).shape
+        if node.op == "Conv":  # each output element reads C_in / group x kernel of weights
+            per_output = int(np.prod(weights[1:]))
+        elif node.op == "Gemm" and node.attrs.get("transB"):
+            per_output = weights[1]
+        else:
+            per_output = weights[-2]
+        total += int(np.prod(out)) * per_output
+    return total
+
+
+def gemm_peak_flops(quick: bool) -> float:
+    """This machine's float32 GEMM throughput on :data:`THREADS` threads (FLOP/s):
+    numpy's BLAS on large square matrices, the best of several calls."""
+    from threadpoolctl import threadpool_limits
+
+    n = 256 if quick else 2048
+    a, b = (np.random.default_rng(seed).random((n, n), dtype=np.float32) for seed in (0, 1))
+    with threadpool_limits(THREADS, user_api="blas"):
+        a @ b
+        best = min(_seconds(lambda: a @ b) for _ in range(3 if quick else 7))
+    return 2 * n ** 3 / best
+
+
+def _seconds(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
 
 
 def _new_batch_ms(runners: dict[str, Callable], x: np.ndarray) -> dict[str, float]:
@@ -183,7 +225,7 @@ def _new_batch_ms(runners: dict[str, Callable], x: np.ndarray) -> dict[str, floa
     return {name: 1e3 * float(np.median(t)) for name, t in times.items()}
 
 
-def report(results: dict, quick: bool) -> None:
+def report(results: dict, quick: bool, peak_flops: float) -> None:
     machine = platform.processor() or platform.machine()
     print(f"# cpu_vs_peers{' (quick)' if quick else ''}: {machine}, {THREADS} threads, "
           f"numpy {np.__version__}")
@@ -219,6 +261,17 @@ def report(results: dict, quick: bool) -> None:
             print(f"| {model} | {to_ort:.2f} | <= {limit} | {_yes(to_ort <= limit)} | "
                   f"{speedup:.1f}x | >= {SPEEDUP_OVER_REFERENCE:.0f}x | "
                   f"{_yes(speedup >= SPEEDUP_OVER_REFERENCE)} |")
+    print(f"\nThe most `reference / cpu` can be: the reference's time over the least time "
+          f"the model's\nMatMul/Gemm/Conv multiply-adds take at this machine's float32 GEMM "
+          f"peak\n({peak_flops / 1e9:.0f} GFLOP/s on {THREADS} threads, numpy's BLAS on "
+          "square matrices):\n")
+    print("| model | GFLOP | ms at the GEMM peak | reference ms | reference / cpu at most |")
+    print("|" + " --- |" * 5)
+    for model, r in results.items():
+        least_ms = 1e3 * 2 * r["multiply_adds"] / peak_flops
+        reference_ms = r["median_ms"]["polyhal-reference"]
+        print(f"| {model} | {2 * r['multiply_adds'] / 1e9:.3f} | {least_ms:.3f} | "
+              f"{reference_ms:.3f} | {reference_ms / least_ms:.1f}x |")
 
 
 def _mib(value: float | None) -> str:
@@ -238,10 +291,12 @@ def main() -> None:
     if args.peak:
         run_peak(*args.peak, args.quick)
         return
+    peak_flops = gemm_peak_flops(args.quick)  # first: no runner's threads are up yet
     results = bench(args.quick)
-    report(results, args.quick)
+    report(results, args.quick, peak_flops)
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+        Path(args.json).write_text(json.dumps({"models": results,
+                                               "gemm_peak_flops": peak_flops}, indent=1))
 
 
 if __name__ == "__main__":
