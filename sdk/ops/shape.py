@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from polyhal.errors import LimitExceededError
 from polyhal.ir import dims as D
 from polyhal.ir.dtypes import ALL_TYPES, DType
-from polyhal.ir.limits import ensure_allocatable
+from polyhal.ir.limits import current_limits, ensure_allocatable
 from polyhal.ir.types import TensorType
 from polyhal.ops.infer import InferContext, broadcast_shapes, const_ints, same_as_input
 from polyhal.ops.registry import Attr, AttrKind, Input, OpDef, Output, register
@@ -64,6 +65,18 @@ def shape_operand(ctx: InferContext, index: int) -> tuple[list[int] | None, int]
         raise ctx.error(f"{what} has symbolic length {t.shape[0]}, so the output rank "
                         "cannot be inferred")
     return None, t.shape[0]
+
+
+def output_rank(ctx: InferContext, rank: int, index: int) -> int:
+    """``rank``, the output rank that the length of shape-like input ``index`` gives,
+    checked against ``Limits.max_rank`` before any dimension is made: a model file can
+    declare that input 2**62 elements long."""
+    limit = current_limits().max_rank
+    if rank > limit:
+        raise LimitExceededError(f"{input_name(ctx, index)} is {ctx.input(index).shape[0]} "
+                                 f"elements long, so the output would have rank {rank}, over "
+                                 f"the limit of {limit}")
+    return rank
 
 
 def fresh_dims(ctx: InferContext, count: int, tag: str) -> tuple[str, ...]:
@@ -139,7 +152,7 @@ def _infer_reshape(ctx: InferContext) -> TensorType:
     data = ctx.input(0)
     spec, length = shape_operand(ctx, 1)
     if spec is None:
-        return data.with_shape(fresh_dims(ctx, length, "reshape"))
+        return data.with_shape(fresh_dims(ctx, output_rank(ctx, length, 1), "reshape"))
     dims = checked(ctx, reshape_dims, data.shape, spec, ctx.attrs["allowzero"])
     return data.with_shape(tuple(ctx.fresh("reshape") if d is None else d for d in dims))
 
@@ -238,7 +251,8 @@ def _infer_unsqueeze(ctx: InferContext) -> TensorType:
     data = ctx.input(0)
     axes, length = shape_operand(ctx, 1)
     if axes is None:
-        return data.with_shape(fresh_dims(ctx, data.rank + length, "unsqueeze"))
+        return data.with_shape(fresh_dims(ctx, output_rank(ctx, data.rank + length, 1),
+                                          "unsqueeze"))
     return data.with_shape(tuple(checked(ctx, unsqueeze_dims, data.shape, axes)))
 
 
@@ -283,7 +297,7 @@ def _infer_expand(ctx: InferContext) -> TensorType:
     data = ctx.input(0)
     shape, length = shape_operand(ctx, 1)
     if shape is None:  # a static size other than 1 survives any valid broadcast
-        rank = max(data.rank, length)
+        rank = output_rank(ctx, max(data.rank, length), 1)
         padded = (1,) * (rank - data.rank) + data.shape
         return data.with_shape(tuple(d if isinstance(d, int) and d != 1
                                      else ctx.fresh(f"expand{i}") for i, d in enumerate(padded)))
@@ -403,7 +417,8 @@ def _infer_constant_of_shape(ctx: InferContext) -> TensorType:
     fill = checked(ctx, fill_value, ctx.attrs["value"])
     shape, length = shape_operand(ctx, 0)
     if shape is None:
-        return TensorType(DType.from_numpy(fill.dtype), fresh_dims(ctx, length, "fill"))
+        return TensorType(DType.from_numpy(fill.dtype),
+                          fresh_dims(ctx, output_rank(ctx, length, 0), "fill"))
     checked(ctx, check_dims, shape, "input 0 (input)")
     return TensorType(DType.from_numpy(fill.dtype), tuple(shape))
 

@@ -48,6 +48,26 @@ def test_a_flatten_of_long_symbolic_dims_names_the_node_and_dimension():
         load_onnx(model)
 
 
+@pytest.mark.parametrize(("op", "inputs", "rank"), [
+    ("Reshape", ["x", "s"], 2**62), ("Unsqueeze", ["x", "s"], 2**62 + 1),
+    ("Expand", ["x", "s"], 2**62), ("ConstantOfShape", ["s"], 2**62)])
+def test_a_shape_input_declared_too_long_is_refused_before_any_dimension_is_made(
+        op, inputs, rank):
+    """The output rank follows from the shape input's declared length: 2**62 once took
+    until the fuzzer's time limit (a symbol per dimension) and all of memory."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    s = helper.make_tensor_value_info("s", TensorProto.INT64, [2**62])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph([helper.make_node(op, inputs, ["y"])], "g",
+                              [x, s] if "x" in inputs else [s], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    index = inputs.index("s")
+    with pytest.raises(LimitExceededError, match=rf"node '{op}_0' \(core.{op}\): input {index} "
+                       rf"\(\w+\) is 4611686018427387904 elements long, so the output would "
+                       rf"have rank {rank}, over the limit of 32"):
+        load_onnx(model)
+
+
 @pytest.mark.parametrize(("node", "opset", "inputs", "message"), [
     (helper.make_node("Softmax", [], ["y"]), 11, [], "0 inputs, where version 11 takes 1"),
     (helper.make_node("Softmax", ["x"], ["y"], axis="a"), 11, ["x"],
