@@ -384,6 +384,8 @@ class PlanBuilder:
             packed = self._packed(node, transposed=bool(trans_b))
             if packed is not None:
                 return self._packed_step(name, ins[0], result, packed, epilogue.relu)
+        from polyhal.adapters.cpu.kernels import epilogue as epilogue_kernel  # numba: lazily
+
         out = self.slot(result.name)
         relu, zero = epilogue.relu, result.type.dtype.numpy.type(0)
 
@@ -396,11 +398,15 @@ class PlanBuilder:
                 y = np.matmul(a.T if trans_a else a, b.T if trans_b else b, out=target)
                 if alpha != 1.0:
                     y *= y.dtype.type(alpha)
-                if len(ins) == 3:
-                    c = env[ins[2]]
-                    y += c if beta == 1.0 else c * c.dtype.type(beta)
-                if relu:  # the Relu's own expression, in place while y is in cache
-                    np.maximum(y, zero, out=y)
+                c = env[ins[2]] if len(ins) == 3 else None
+                if c is not None and beta != 1.0:
+                    c = c * c.dtype.type(beta)
+                # the bias and the Relu in one pass, in place while y is in cache
+                if not epilogue_kernel.add_row_and_relu(y, c, relu):
+                    if c is not None:
+                        y += c
+                    if relu:  # the Relu's own expression
+                        np.maximum(y, zero, out=y)
                 env[out] = y
 
             return step
