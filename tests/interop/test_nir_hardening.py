@@ -4,6 +4,9 @@ and malformed ``type`` entries are refused quickly, naming the node and the fiel
 from __future__ import annotations
 
 import itertools
+import re
+import subprocess
+import sys
 import time
 
 import h5py
@@ -55,6 +58,23 @@ def test_an_infinite_input_shape_in_a_file_names_the_node_and_field(tmp_path):
     with pytest.raises(VerificationError, match=r"model.nir: NIR node 'input' \(Input\): field "
                                                 r"'shape' must hold integers >= 0, got \[inf\]"):
         load_nir(path, dt=DT)
+
+
+def test_sizes_that_overflow_in_nirs_own_shape_arithmetic_print_no_warning(tmp_path):
+    """nir computes output shapes from the file's sizes with numpy, in the reading
+    worker, whose warnings a user would see on stderr (pytest records them instead,
+    so the load runs in a plain interpreter)."""
+    path = _conv_file(tmp_path)
+    _replace(path, "node/nodes/conv/input_shape", np.array([2**62, 2**62]))
+    _replace(path, "node/nodes/conv/padding", np.array([2**62, 2**62]))
+    code = ("import sys\nfrom polyhal.interop.nir import load_nir\ntry:\n"
+            f"    load_nir({str(path)!r}, dt={DT})\nexcept Exception as error:\n"
+            "    print(type(error).__name__, error)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120)
+    assert re.match(r"VerificationError .*conv.nir: NIR node 'conv' \(Conv2d\) declares "
+                    r"input_shape \[4611686018427387904, ", result.stdout), result.stdout
+    assert result.stderr == ""
 
 
 @pytest.mark.parametrize(("field", "value", "expected"), [

@@ -81,7 +81,9 @@ def _read(path: Path, limits: Limits) -> nir.NIRGraph:
     except OSError as exc:
         raise SerializationError(f"not a NIR file (HDF5 cannot open it: {exc})") from None
     try:
-        with handle:
+        # nir's node classes compute output shapes from the file's sizes with numpy,
+        # which warns of overflow on stderr; the sizes are checked after the read
+        with handle, np.errstate(all="ignore"):
             return _Reader(limits).graph(_child(handle, "node", "the file"), "", 0)
     except PolyhalError:
         raise
