@@ -402,7 +402,7 @@ class PlanBuilder:
                 if c is not None and beta != 1.0:
                     c = c * c.dtype.type(beta)
                 # the bias and the Relu in one pass, in place while y is in cache
-                if not epilogue_kernel.add_row_and_relu(y, c, relu):
+                if not epilogue_kernel.add_and_relu(y, c, relu):
                     if c is not None:
                         y += c
                     if relu:  # the Relu's own expression

@@ -207,7 +207,11 @@ class Conv2dLowering:
         only where each leaves the other's zero border intact."""
         self.direct = (self.depth <= DIRECT_MAX_DEPTH and not self.pointwise
                        and self.dtype in (np.dtype(np.float32), np.dtype(np.float64)))
-        if self.direct:  # imported here, not with this module: it needs numba
+        # imported here, not with this module: they need numba
+        from polyhal.adapters.cpu.kernels import epilogue
+
+        self._epilogue = epilogue
+        if self.direct:
             from polyhal.adapters.cpu.kernels import direct_conv
 
             self._kernel = direct_conv
@@ -280,10 +284,12 @@ class Conv2dLowering:
             self._channels_last(last, filters[0], rows, columns, scratch)
         else:
             self._channels_first(np.ascontiguousarray(x), filters[1], rows, columns)
-        if added is not None:
-            rows += added.reshape(rows.shape)
-        if relu:
-            np.maximum(rows, self.dtype.type(0), out=rows)
+        added = None if added is None else added.reshape(rows.shape)
+        if not self._epilogue.add_and_relu(rows, added, relu):
+            if added is not None:
+                rows += added
+            if relu:
+                np.maximum(rows, self.dtype.type(0), out=rows)
 
     def _channels_last(self, x: np.ndarray, filters: np.ndarray, rows: np.ndarray,
                        columns: np.ndarray, scratch: dict[str, np.ndarray]) -> None:
