@@ -155,9 +155,7 @@ def bench(quick: bool) -> dict:
                 for name, run in runners.items():
                     if name in slow and rep >= max(3, reps // 6):
                         continue  # the slow peers need fewer samples for a stable median
-                    start = time.perf_counter()
-                    run(x)
-                    times[name].append(time.perf_counter() - start)
+                    times[name].append(_seconds(run, x))
             reference_out = runners["onnxruntime"](x)[0]
             ours = runners["polyhal-cpu"](x)[0]
             results[model] = {
@@ -203,13 +201,14 @@ def gemm_peak_flops(quick: bool) -> float:
     a, b = (np.random.default_rng(seed).random((n, n), dtype=np.float32) for seed in (0, 1))
     with threadpool_limits(THREADS, user_api="blas"):
         a @ b
-        best = min(_seconds(lambda: a @ b) for _ in range(3 if quick else 7))
+        best = min(_seconds(np.matmul, a, b) for _ in range(3 if quick else 7))
     return 2 * n ** 3 / best
 
 
-def _seconds(fn: Callable[[], object]) -> float:
+def _seconds(fn: Callable[..., object], *args: object) -> float:
+    """The wall-clock seconds of one call ``fn(*args)``."""
     start = time.perf_counter()
-    fn()
+    fn(*args)
     return time.perf_counter() - start
 
 
@@ -219,9 +218,7 @@ def _new_batch_ms(runners: dict[str, Callable], x: np.ndarray) -> dict[str, floa
     for extra in range(1, NEW_BATCHES + 1):
         batch = np.concatenate([x] + [x[:1]] * extra)
         for name in NEW_SHAPE_RUNNERS:
-            start = time.perf_counter()
-            runners[name](batch)
-            times[name].append(time.perf_counter() - start)
+            times[name].append(_seconds(runners[name], batch))
     return {name: 1e3 * float(np.median(t)) for name, t in times.items()}
 
 

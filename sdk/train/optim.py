@@ -65,9 +65,9 @@ class Optimizer(ABC):
         ``weight_decay`` of 1e39 for float32 weights, 1e5 for float16 ones): the update
         computes in the parameter's dtype, where it would turn every weight into inf or
         NaN without a word."""
-        numbers = [(key, value) for key, value in self.config().items()
-                   if isinstance(value, float)]
-        numbers += [(f"{key}[{i}]", item) for key, value in self.config().items()
+        config = self.config()
+        numbers = [(key, value) for key, value in config.items() if isinstance(value, float)]
+        numbers += [(f"{key}[{i}]", item) for key, value in config.items()
                     if isinstance(value, tuple) for i, item in enumerate(value)]
         for name, p in params.items():
             with np.errstate(over="ignore"):
