@@ -20,14 +20,11 @@ from typing import Any
 
 from polyhal.conformance.runner import BAD_OUTCOMES, Report, run_suite
 from polyhal.errors import ConformanceError, PolyhalError
-from polyhal.hal.isolation import (
-    describe_exit,
-    encode_error,
-    load_adapter_class,
-    rebuild_error,
-)
+from polyhal.hal.channel import describe_exit
 from polyhal.hal.registry import adapters as registered_adapters
 from polyhal.hal.registry import get_adapter
+from polyhal.hal.wire import encode_error, rebuild_error
+from polyhal.hal.worker import load_adapter_class
 
 ProgressCallback = Callable[[str, int, "int | None", int], None]
 """``(adapter, cases done, cases in all (None until counted), cases not passed)``."""

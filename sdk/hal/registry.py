@@ -24,7 +24,7 @@ from polyhal.hal.checks import check_adapter_class
 from polyhal.hal.contract import Adapter, Device, DeviceInfo
 
 if TYPE_CHECKING:
-    from polyhal.hal.isolation import Channel, WorkerSpec
+    from polyhal.hal.channel import Channel, WorkerSpec
     from polyhal.hal.remote import RayHost
 
 ENTRY_POINT_GROUP = "polyhal.adapters"

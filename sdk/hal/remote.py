@@ -3,7 +3,7 @@
 ``open_device(address, host="ray")`` (or ``host=RayHost(...)``) is an
 :class:`~polyhal.hal.isolation.IsolatedDevice` whose channel is a
 :class:`RayChannel`: each worker generation is one Ray actor wrapping a
-:class:`~polyhal.hal.isolation.WorkerServer`, so a device behaves as it does in
+:class:`~polyhal.hal.worker.WorkerServer`, so a device behaves as it does in
 a local worker process — crashes become ``DeviceCrashError``, hangs
 ``DeviceTimeoutError``, and the next call starts a new actor — but it can run
 on any node of a Ray cluster. Needs ``pip install 'polyhal[distributed]'``;
@@ -35,7 +35,7 @@ from types import ModuleType
 from typing import Any
 
 from polyhal.errors import PolyhalError
-from polyhal.hal.isolation import Channel, ChannelClosed, ChannelTimeout, WorkerSpec
+from polyhal.hal.channel import Channel, ChannelClosed, ChannelTimeout, WorkerSpec
 
 __all__ = ["RayChannel", "RayHost"]
 
@@ -71,7 +71,7 @@ def _make_actor_class() -> type:
         """A Ray actor serving one device: request bytes in, reply bytes out."""
 
         def __init__(self) -> None:
-            from polyhal.hal.isolation import WorkerServer
+            from polyhal.hal.worker import WorkerServer
 
             self._server = WorkerServer()
 

@@ -41,7 +41,7 @@ from polyhal.hal import (
     buffer_checksum,
     open_device,
 )
-from polyhal.hal.isolation import load_adapter_class
+from polyhal.hal.worker import load_adapter_class
 from polyhal.ir import Graph
 from polyhal.simulators.faulty.plan import FaultPlan, flip_one_bit
 
