@@ -259,8 +259,9 @@ class _TensorStore:
         except SerializationError:
             raise
         except _DAMAGED as exc:
-            raise SerializationError(f"{self.path}: {where}: cannot read tensor {key!r} "
-                                     f"({type(exc).__name__}: {exc})") from None
+            raise SerializationError(f"{self.path}: {where}: tensor {key!r} cannot be read: "
+                                     f"its entry is damaged ({type(exc).__name__}: {exc})"
+                                     ) from None
         if not complete:
             raise SerializationError(f"{self.path}: {where}: tensor {key!r} is truncated")
         array.flags.writeable = False  # so that the graph keeps it without a copy

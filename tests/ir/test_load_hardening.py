@@ -243,8 +243,8 @@ def _damage(path: Path, how: str) -> None:
 def test_a_damaged_npz_entry_names_the_file_and_entry(tmp_path, how, error):
     path = _saved(tmp_path, np.arange(64, dtype=np.float32))
     _damage(path, how)
-    with pytest.raises(SerializationError, match=rf"model.npz: constants\[0\]: cannot read "
-                                                 rf"tensor 't0' \({error}"):
+    expected = r"model.npz: constants\[0\]: tensor 't0' cannot be read: its entry is damaged"
+    with pytest.raises(SerializationError, match=rf"{expected} \({error}"):
         load(path)
 
 
