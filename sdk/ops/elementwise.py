@@ -57,21 +57,13 @@ def _broadcast(dtype: DType | None = None, like: int = 0) -> Callable[[InferCont
     return infer
 
 
-def _check_choice(ctx: InferContext, attr: str, allowed: Sequence[Any]) -> None:
-    """An error naming ``attr`` unless its value is one of ``allowed``."""
-    value = ctx.attrs[attr]
-    if value not in allowed:
-        choices = ", ".join(repr(a) for a in allowed)
-        raise ctx.error(f"attribute {attr}={value!r} is invalid; expected one of {choices}")
-
-
 def _with_choices(checks: dict[str, Sequence[Any]],
                   infer: Callable[[InferContext], TensorType]) -> Callable[[InferContext], Any]:
     """``infer`` preceded by checks that attributes take one of their allowed values."""
 
     def checked(ctx: InferContext) -> TensorType:
         for attr, allowed in checks.items():
-            _check_choice(ctx, attr, allowed)
+            ctx.choice(attr, allowed)
         return infer(ctx)
 
     return checked
@@ -413,8 +405,8 @@ def _cast(x: np.ndarray, to: DType, saturate: int, round_mode: str) -> np.ndarra
 
 
 def _infer_cast(ctx: InferContext) -> TensorType:
-    _check_choice(ctx, "saturate", (0, 1))
-    _check_choice(ctx, "round_mode", ("up", "down", "nearest"))
+    ctx.flag("saturate")
+    ctx.choice("round_mode", ("up", "down", "nearest"))
     return ctx.input(0).with_dtype(ctx.attrs["to"])
 
 

@@ -54,6 +54,21 @@ class InferContext:
         safe = "".join(c if c.isalnum() else "_" for c in self.node)
         return f"_{safe}_{tag}"
 
+    def flag(self, name: str) -> bool:
+        """The 0/1 attribute ``name`` as a bool; any other value is an error naming it."""
+        value = self.attrs[name]
+        if value not in (0, 1):
+            raise self.error(f"attribute {name}={value} must be 0 or 1")
+        return bool(value)
+
+    def choice(self, name: str, allowed: Sequence[Any]) -> Any:
+        """The attribute ``name``, an error naming it unless it is one of ``allowed``."""
+        value = self.attrs[name]
+        if value not in allowed:
+            choices = ", ".join(repr(a) for a in allowed)
+            raise self.error(f"attribute {name}={value!r} is invalid; expected one of {choices}")
+        return value
+
     def error(self, message: str) -> VerificationError:
         """An error naming this node and op; ``raise ctx.error(...)``."""
         return VerificationError(f"node {self.node!r} ({self.op.qualified_name}): {message}")

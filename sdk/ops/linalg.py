@@ -63,13 +63,6 @@ register(OpDef(
 # --------------------------------------------------------------------- Gemm
 
 
-def _gemm_flag(ctx: InferContext, name: str) -> bool:
-    value = ctx.attrs[name]
-    if value not in (0, 1):
-        raise ctx.error(f"attribute {name}={value} must be 0 or 1")
-    return bool(value)
-
-
 def _check_gemm_c(ctx: InferContext, c: TensorType, target: tuple[D.Dim, D.Dim]) -> None:
     """C must broadcast unidirectionally to ``(M, N)``."""
     if c.rank > 2:
@@ -86,7 +79,7 @@ def _infer_gemm(ctx: InferContext) -> TensorType:
     for t, name in ((a, "A"), (b, "B")):
         if t.rank != 2:
             raise ctx.error(f"input {name} must be 2-D, got {t}")
-    trans_a, trans_b = _gemm_flag(ctx, "transA"), _gemm_flag(ctx, "transB")
+    trans_a, trans_b = ctx.flag("transA"), ctx.flag("transB")
     k_a, m = a.shape if trans_a else a.shape[::-1]
     n, k_b = b.shape if trans_b else b.shape[::-1]
     if _static_mismatch(k_a, k_b):

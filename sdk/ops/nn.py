@@ -176,8 +176,7 @@ register(OpDef(
 
 def _infer_max_pool(ctx: InferContext) -> list[TensorType]:
     x = check_x(ctx)
-    if ctx.attrs["storage_order"] not in (0, 1):
-        raise ctx.error(f"attribute storage_order={ctx.attrs['storage_order']} must be 0 or 1")
+    ctx.flag("storage_order")
     shape = (*x.shape[:2], *_spatial_out(ctx, x, _pool_kernel_shape(ctx, x), pool=True))
     return [TensorType(x.dtype, shape), TensorType(DType.INT64, shape)]
 
@@ -234,9 +233,7 @@ register(OpDef(
 
 def _infer_average_pool(ctx: InferContext) -> TensorType:
     x = check_x(ctx)
-    if ctx.attrs["count_include_pad"] not in (0, 1):
-        raise ctx.error(f"attribute count_include_pad={ctx.attrs['count_include_pad']} "
-                        "must be 0 or 1")
+    ctx.flag("count_include_pad")
     return x.with_shape((*x.shape[:2],
                          *_spatial_out(ctx, x, _pool_kernel_shape(ctx, x), pool=True)))
 

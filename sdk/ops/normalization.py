@@ -94,9 +94,7 @@ def _infer_batch_norm(ctx: InferContext) -> TensorType:
     x = ctx.input(0)
     if x.rank < 1:
         raise ctx.error(f"input X must have rank >= 1 ([N, C, D...] or [N]), got {x}")
-    training = ctx.attrs["training_mode"]
-    if training not in (0, 1):
-        raise ctx.error(f"attribute training_mode must be 0 or 1, got {training}")
+    training = ctx.flag("training_mode")
     if ctx.num_outputs > 1 and not training:
         raise ctx.error("outputs running_mean and running_var exist only in training mode")
     channels = x.shape[1] if x.rank >= 2 else 1

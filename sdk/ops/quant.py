@@ -34,13 +34,6 @@ def _static_mismatch(a: D.Dim, b: D.Dim) -> bool:
     return isinstance(a, int) and isinstance(b, int) and a != b
 
 
-def _flag(ctx: InferContext, name: str) -> bool:
-    value = ctx.attrs[name]
-    if value not in (0, 1):
-        raise ctx.error(f"attribute {name}={value} must be 0 or 1")
-    return bool(value)
-
-
 # ------------------------------------------- Quantize/DequantizeLinear: shapes
 
 
@@ -100,7 +93,7 @@ def _check_granularity(ctx: InferContext, scale_name: str, zero_name: str) -> No
 
 def _infer_quantize(ctx: InferContext) -> TensorType:
     _check_granularity(ctx, "y_scale", "y_zero_point")
-    _flag(ctx, "saturate")
+    ctx.flag("saturate")
     precision = ctx.attrs["precision"]
     if precision is not None and precision not in _QUANT_INPUT:
         raise ctx.error(f"attribute precision={precision} must be one of "

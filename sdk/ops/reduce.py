@@ -31,14 +31,6 @@ _INT64 = frozenset({DType.INT64})
 # ---------------------------------------------------------------- inference
 
 
-def _flag(ctx: InferContext, name: str) -> bool:
-    """A 0/1 attribute as a bool; anything else is an error naming it."""
-    value = ctx.attrs[name]
-    if value not in (0, 1):
-        raise ctx.error(f"attribute {name}={value} must be 0 or 1")
-    return bool(value)
-
-
 def _const_axes(ctx: InferContext, rank: int) -> list[int] | None:
     """The normalized ``axes`` input: ``[]`` when omitted, ``None`` when not constant."""
     if not ctx.has_input(1):
@@ -81,7 +73,7 @@ def _infer_unknown_axes(ctx: InferContext, data: TensorType, keepdims: bool) -> 
 def _reduced_type(ctx: InferContext, data: TensorType, axes: list[int],
                   keepdims: bool) -> TensorType:
     if not axes:
-        if _flag(ctx, "noop_with_empty_axes"):
+        if ctx.flag("noop_with_empty_axes"):
             return data
         axes = list(range(data.rank))
     if keepdims:
@@ -91,8 +83,8 @@ def _reduced_type(ctx: InferContext, data: TensorType, axes: list[int],
 
 def _infer_reduce(ctx: InferContext) -> TensorType:
     data = ctx.input(0)
-    keepdims = _flag(ctx, "keepdims")
-    _flag(ctx, "noop_with_empty_axes")
+    keepdims = ctx.flag("keepdims")
+    ctx.flag("noop_with_empty_axes")
     axes = _const_axes(ctx, data.rank)
     if axes is None:
         return _infer_unknown_axes(ctx, data, keepdims)
@@ -101,8 +93,8 @@ def _infer_reduce(ctx: InferContext) -> TensorType:
 
 def _infer_arg(ctx: InferContext) -> TensorType:
     data = ctx.input(0)
-    keepdims = _flag(ctx, "keepdims")
-    _flag(ctx, "select_last_index")
+    keepdims = ctx.flag("keepdims")
+    ctx.flag("select_last_index")
     if data.rank == 0:
         raise ctx.error("attribute axis cannot index data of rank 0 (ArgMax/ArgMin need "
                         "rank >= 1)")

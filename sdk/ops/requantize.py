@@ -60,14 +60,13 @@ _RANGES = {"multiplier": MULTIPLIER_RANGE, "shift": SHIFT_RANGE}
 
 
 def _check_attrs(ctx: InferContext) -> None:
-    zero_point, rounding, relu = (ctx.attrs[k] for k in ("zero_point", "rounding", "relu"))
+    zero_point, rounding = ctx.attrs["zero_point"], ctx.attrs["rounding"]
     if not -128 <= zero_point <= 127:
         raise ctx.error(f"attribute zero_point={zero_point} must lie in [-128, 127]")
     if rounding not in ROUNDINGS:
         raise ctx.error(f"attribute rounding={rounding!r} must be one of "
                         f"{', '.join(map(repr, ROUNDINGS))}")
-    if relu not in (0, 1):
-        raise ctx.error(f"attribute relu={relu} must be 0 or 1")
+    ctx.flag("relu")
 
 
 def _check_param(ctx: InferContext, index: int, x: TensorType) -> None:

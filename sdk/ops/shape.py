@@ -150,10 +150,11 @@ def reshape_dims(in_shape: Sequence[D.Dim], spec: Sequence[int],
 
 def _infer_reshape(ctx: InferContext) -> TensorType:
     data = ctx.input(0)
+    allowzero = int(ctx.flag("allowzero"))  # checked even when the shape is not a constant
     spec, length = shape_operand(ctx, 1)
     if spec is None:
         return data.with_shape(fresh_dims(ctx, output_rank(ctx, length, 1), "reshape"))
-    dims = checked(ctx, reshape_dims, data.shape, spec, ctx.attrs["allowzero"])
+    dims = checked(ctx, reshape_dims, data.shape, spec, allowzero)
     return data.with_shape(tuple(ctx.fresh("reshape") if d is None else d for d in dims))
 
 
