@@ -13,13 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from polyhal.errors import ExecutionError, InputBindingError, PolyhalError
+from polyhal.errors import ExecutionError, InputBindingError, IRError, PolyhalError
 from polyhal.ir import dims as D
 from polyhal.ir.dtypes import DType
 from polyhal.ir.graph import Graph, Node
 from polyhal.ir.limits import current_limits
 from polyhal.ir.types import TensorType
-from polyhal.ir.verify import resolve_attrs
+from polyhal.ir.verify import infer_node, resolve_attrs
 from polyhal.ops.registry import OpDef, get_op
 
 
@@ -182,8 +182,9 @@ def run_node(node: Node, op: OpDef, attrs: dict[str, Any], inputs: list[np.ndarr
     except PolyhalError:
         raise
     except Exception as exc:
-        raise ExecutionError(f"{where} failed on inputs ({_describe(inputs)}): "
-                             f"{type(exc).__name__}: {exc}") from exc
+        reason = _refusal(node, op, attrs, inputs) or f"{type(exc).__name__}: {exc}"
+        raise ExecutionError(f"{where} failed on inputs ({_describe(inputs)}): {reason}"
+                             ) from exc
     results = list(result) if isinstance(result, tuple | list) else [result]
     if len(results) < len(node.outputs):
         raise ExecutionError(f"{where}: kernel returned {len(results)} outputs, "
@@ -202,6 +203,26 @@ def run_node(node: Node, op: OpDef, attrs: dict[str, Any], inputs: list[np.ndarr
                     ExecutionError)
         checked.append(array)
     return checked
+
+
+def _refusal(node: Node, op: OpDef, attrs: dict[str, Any],
+             inputs: list[np.ndarray | None]) -> str | None:
+    """Why type inference refuses the node's concrete inputs, in its words, or ``None``.
+
+    A kernel fails on inputs that verified when the sizes bound to the graph's
+    symbols break a relation its types imply (a symbolic ``K`` bound to 2 where a
+    MatMul's other operand has 4): the verifier's message names the dimensions,
+    where the kernel's (numpy's) only quotes shapes."""
+    types = [None if a is None else TensorType.of(a) for a in inputs]
+    try:
+        infer_node(op, node.name, types, attrs, len(node.outputs), inputs)
+    except IRError as exc:
+        prefix = f"node {node.name!r} ({op.qualified_name}): "
+        message = str(exc)
+        return message[len(prefix):] if message.startswith(prefix) else message
+    except Exception:
+        return None
+    return None
 
 
 _LOW_PRECISION = frozenset({np.dtype(np.float16), DType.BFLOAT16.numpy})

@@ -93,7 +93,7 @@ def test_matmul_rejects_int8() -> None:
         infer_type("MatMul", [DType.INT8[2, 2], DType.INT8[2, 2]])
 
 
-def test_matmul_runtime_inner_mismatch() -> None:
+def test_matmul_runtime_inner_mismatch_is_named_in_the_verifiers_words() -> None:
     a = np.ones((2, 3), np.float32)
     b = np.ones((4, 2), np.float32)
     from polyhal.ir import GraphBuilder
@@ -101,8 +101,24 @@ def test_matmul_runtime_inner_mismatch() -> None:
 
     g = GraphBuilder()
     g.output(g.input("a", f32[2, "k"]) @ g.input("b", f32["j", 2]), name="y")
-    with pytest.raises(ExecutionError):
+    # k and j verify as different symbols; bound to 3 and 4 the kernel cannot run, and the
+    # error says why as the verifier would have, not in numpy's gufunc terms.
+    with pytest.raises(ExecutionError, match=r"node 'matmul_1' \(core.MatMul\) failed on "
+                       r"inputs \(float32\[2, 3\], float32\[4, 2\]\): inner dimensions differ: "
+                       r"A is float32\[2, 3\] \(K=3\), B is float32\[4, 2\] \(K=4\)$"):
         run(g.build(), a, b)
+
+
+def test_a_broadcast_the_bound_sizes_break_is_named_in_the_verifiers_words() -> None:
+    from polyhal.ir import GraphBuilder
+    from polyhal.reference import run
+
+    g = GraphBuilder()
+    g.output(g.input("a", f32[3, "n", 5]) + g.input("b", f32[4, 5]), name="y")
+    with pytest.raises(ExecutionError, match=r"failed on inputs \(float32\[3, 2, 5\], "
+                       r"float32\[4, 5\]\): cannot broadcast dimension 2 \(from the right\): "
+                       r"2 vs 4$"):
+        run(g.build(), np.ones((3, 2, 5), np.float32), np.ones((4, 5), np.float32))
 
 
 # ---------------------------------------------------------------------- Gemm
