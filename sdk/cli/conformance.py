@@ -29,7 +29,8 @@ def cmd_conformance(args: argparse.Namespace) -> int:
 
     if args.compare is not None:
         return _compare(args)
-    names = args.adapters or _available_builtins()
+    left_out: dict[str, str] = {}
+    names = args.adapters or _available_builtins(left_out)
     # Everything a run needs is checked before the first case: a typo must not
     # cost a full run, nor a report folder that cannot be written the run's results.
     for name in names:
@@ -42,6 +43,8 @@ def cmd_conformance(args: argparse.Namespace) -> int:
                                     else Path(args.report), name)
                for name in names} if args.report is not None else {}
     console = Console(width=args.width)
+    for name, why in left_out.items():
+        console.print(f"adapter {name} left out: {why}", markup=False)
     if not args.level:
         from polyhal.conformance.levels import unavailable_levels
 
@@ -95,13 +98,20 @@ def _print_report(console: Console, name: str, report: Report) -> None:
             console.print(f"  {case.outcome:8} {case.id}: {case.message[:200]}", markup=False)
 
 
-def _available_builtins() -> list[str]:
-    """The built-in adapters with an available device; none is an error naming
+def _available_builtins(left_out: dict[str, str]) -> list[str]:
+    """The built-in adapters with an available device, each other one put in
+    ``left_out`` with why its devices are unavailable; none is an error naming
     ``POLYHAL_ADAPTERS`` when it narrowed the set."""
     from polyhal.hal import adapters, get_adapter
 
-    names = [n for n in adapters() if is_builtin(n) and any(
-        d.available for d in get_adapter(n).probe())]
+    names = []
+    for name in (n for n in adapters() if is_builtin(n)):
+        devices = get_adapter(name).probe()
+        if any(d.available for d in devices):
+            names.append(name)
+        else:
+            reasons = dict.fromkeys(d.reason for d in devices if d.reason)
+            left_out[name] = "; ".join(reasons) or "it has no device"
     if not names:
         wanted = os.environ.get("POLYHAL_ADAPTERS", "").strip()
         raise PolyhalError(f"conformance: POLYHAL_ADAPTERS={wanted!r} selects no built-in "

@@ -102,6 +102,24 @@ def test_the_cli_prints_each_adapter_in_the_order_named(tmp_path, jobs):
         assert (tmp_path / "out" / name / "report.json").is_file()
 
 
+def test_the_main_job_names_each_built_in_adapter_it_leaves_out_and_why(tmp_path):
+    from polyhal.hal import get_adapter
+
+    gpu_devices = get_adapter("gpu").probe()
+    result = subprocess.run(
+        [sys.executable, "-m", "polyhal.cli", "conformance", "--level", "L0", "--profile",
+         "ci", "--quiet", "--width", "400"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600, check=False,
+        env={**os.environ, "POLYHAL_ADAPTERS": "template,gpu"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    if any(d.available for d in gpu_devices):  # a machine with a GPU grades it
+        assert "gpu: PASS" in result.stdout
+    else:
+        why = gpu_devices[0].reason
+        assert why and f"adapter gpu left out: {why}\n" in result.stdout
+    assert "template: PASS" in result.stdout
+
+
 def test_the_cli_refuses_jobs_that_are_not_a_positive_number(tmp_path):
     result = subprocess.run([sys.executable, "-m", "polyhal.cli", "conformance", "--jobs", "0"],
                             capture_output=True, text=True, cwd=tmp_path, timeout=120,
