@@ -154,6 +154,9 @@ def _infer_vjp(ctx: InferContext) -> list[TensorType]:
             isinstance(ct.shape[1], int) and ct.shape[1] != len(spec.observables)):
         raise ctx.error(f"input 2 (cotangent) must be {x.dtype.value}[B, "
                         f"{len(spec.observables)}], got {ct}")
+    if isinstance(ct.shape[0], int) and isinstance(x.shape[0], int) and ct.shape[0] != x.shape[0]:
+        raise ctx.error(f"input 2 (cotangent) {ct} has {ct.shape[0]} rows but input 0 (inputs) "
+                        f"{x} has {x.shape[0]}")
     return [x, w]
 
 

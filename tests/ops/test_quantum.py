@@ -193,6 +193,14 @@ def test_wrong_input_width_is_named() -> None:
         g.output(polyhal.ops.apply("Expectation", x, w, domain="quantum", **_attrs()))
 
 
+def test_a_cotangent_with_other_rows_than_the_inputs_is_refused_when_verified() -> None:
+    g = GraphBuilder("bad")
+    x, w, ct = g.input("x", f64[3, 2]), g.input("w", f64[4]), g.input("ct", f64[4, 2])
+    with pytest.raises(VerificationError, match=r"input 2 \(cotangent\) float64\[4, 2\] has "
+                       r"4 rows but input 0 \(inputs\) float64\[3, 2\] has 3"):
+        g.op("ExpectationVJP", x, w, ct, domain="quantum", num_outputs=2, **_attrs())
+
+
 def test_non_unitary_and_non_affine_circuits_are_rejected() -> None:
     a = parameter("a")
     measured = QuantumCircuit(1, 1)
