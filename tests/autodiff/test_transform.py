@@ -258,6 +258,20 @@ def test_check_gradients_reports_a_wrong_rule(monkeypatch):
     assert "d/dx[" in str(report.mismatches[0])
 
 
+def test_check_gradients_does_not_compare_steps_a_coarse_dtype_cannot_hold():
+    from polyhal.autodiff.check import check_gradients
+
+    g = GraphBuilder("scaled")
+    x, b = g.input("x", DType.FLOAT64[4]), g.input("b", DType.BFLOAT16[4])
+    g.output(x * ops.cast(b, to=DType.FLOAT64), name="y")
+    inputs = {"x": np.linspace(-1, 1, 4), "b": np.full(4, 1.5, DType.BFLOAT16.numpy)}
+    # bfloat16 spaces 1.5 and its neighbours 2**-7 apart: steps of 1.5e-3 and 3e-3 round away,
+    # and the difference quotient would read 0 where the gradient is x.
+    report = check_gradients(g.build(), inputs)
+    assert report.ok, report
+    assert report.checked == 4 and report.rough == 4
+
+
 @pytest.mark.parametrize(("op", "args"), [("Unsqueeze", [np.array([1], np.int64)]),
                                           ("Tile", [np.array([2, 1, 1], np.int64)]),
                                           ("Flatten", [])])
