@@ -7,8 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from polyhal.errors import InputBindingError, IRError
+from polyhal.errors import InputBindingError, IRError, LimitExceededError
 from polyhal.ir.dtypes import DType
+from polyhal.ir.limits import ensure_allocatable
 from polyhal.ir.types import TensorType
 from polyhal.nn.init import Fans, default_fans
 
@@ -92,8 +93,16 @@ class Parameter:
         self._data = np.array(value, copy=True)
 
     def initialize(self, rng: np.random.Generator) -> None:
-        """Draw a value from ``rng`` with ``init``."""
-        drawn = np.asarray(self.init(self, rng))
+        """Draw a value from ``rng`` with ``init``; a parameter larger than
+        :class:`polyhal.ir.Limits` allows, or than memory holds, is a
+        :class:`~polyhal.errors.LimitExceededError` naming it."""
+        where = f"{self._describe()} ({self.type})"
+        ensure_allocatable(self.shape, where)
+        try:
+            drawn = np.asarray(self.init(self, rng))
+        except MemoryError:
+            raise LimitExceededError(f"{where}: not enough memory to draw its "
+                                     f"{self.type.num_elements} values") from None
         if drawn.shape != self.shape:
             raise IRError(f"{self._describe()}: initializer {self.init!r} returned shape "
                           f"{drawn.shape}, expected {self.shape}")

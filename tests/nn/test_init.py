@@ -151,3 +151,27 @@ def test_a_custom_initializer_is_any_callable():
 def test_initializer_errors(make, message):
     with pytest.raises(IRError, match=message):
         make()
+
+
+def test_a_parameter_too_large_to_hold_is_refused_before_it_is_drawn():
+    from polyhal.errors import LimitExceededError
+    from polyhal.ir import Limits, use_limits
+
+    with pytest.raises(LimitExceededError, match=r"parameter 'weight' \(float32\[1099511627776, "
+                                                 r"4\]\): dimension 1099511627776"):
+        nn.Linear(2**40, 4).initialize()
+    with use_limits(Limits(max_elements=1000)), pytest.raises(
+            LimitExceededError, match=r"parameter 'weight' \(float32\[64, 64\]\): 4096 elements"):
+        nn.Linear(64, 64).initialize()
+
+
+def test_an_initializer_out_of_memory_names_the_parameter():
+    from polyhal.errors import LimitExceededError
+
+    def exhausting(parameter, rng):
+        raise MemoryError
+
+    parameter = nn.Parameter((3, 5), exhausting)
+    with pytest.raises(LimitExceededError, match=r"parameter \(float32\[3, 5\]\): not enough "
+                                                 r"memory to draw its 15 values"):
+        parameter.initialize(np.random.default_rng(0))
