@@ -58,9 +58,10 @@ def graph_value(x: Any) -> Var:
 def matching_dtype(x: Var, dtype: DType) -> None:
     """The input must have the layer's dtype (polyhal never casts implicitly)."""
     if x.dtype != dtype:
+        remedy = (f"cast the input or build the layer with dtype={x.dtype.value!r}"
+                  if x.dtype.is_float else f"cast the input to {dtype.value}")
         raise VerificationError(f"input {x.type} is {x.dtype.value} but the layer's parameters "
-                                f"are {dtype.value}; cast the input or build the layer with "
-                                f"dtype={x.dtype.value!r}")
+                                f"are {dtype.value}; {remedy}")
 
 
 def axis_in_range(x: Var, axis: int, what: str = "axis") -> int:

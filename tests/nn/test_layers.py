@@ -10,7 +10,7 @@ import pytest
 import polyhal
 from polyhal import nn
 from polyhal.errors import IRError, VerificationError
-from polyhal.ir import f32, f64
+from polyhal.ir import DType, f32, f64
 
 RNG = np.random.default_rng(0)
 
@@ -156,7 +156,10 @@ def test_constructor_errors(make, message):
      r"^layer '0' \(Linear\): input float32\[batch, 3\] has 3 features in its last axis, "
      "expected in_features=4"),
     (nn.Linear(4, 2), f32[()], r"^Linear: input float32\[\] is a scalar"),
-    (nn.Linear(4, 2), f64[1, 4], "is float64 but the layer's parameters are float32; cast"),
+    (nn.Linear(4, 2), f64[1, 4], "is float64 but the layer's parameters are float32; cast "
+     "the input or build the layer with dtype='float64'$"),
+    (nn.Linear(4, 2), DType.INT64[1, 4], "is int64 but the layer's parameters are float32; "
+     "cast the input to float32$"),
     (nn.Sequential(nn.ReLU(), nn.Conv2d(3, 4, 3)), f32[1, 3, 8],
      r"^layer '1' \(Conv2d\): input float32\[1, 3, 8\] has rank 3; expected \[N, C, H, W\]"),
     (nn.Conv2d(3, 4, 3), f32[1, 2, 8, 8], "has 2 channels .axis 1., expected in_channels=3"),
