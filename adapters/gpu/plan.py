@@ -407,7 +407,7 @@ class Plan:
         def operand(name: str | None) -> tuple[bool, Any]:
             if name is None or self.shape(name) == tail:
                 return False, self._dummy
-            return True, self.upload(maps.broadcast_map(self.shape(name), tail))
+            return True, self.upload(maps.broadcast_map(self.shape(name), shape))
 
         scale_mapped, smap = operand(scale)
         bias_mapped, bmap = operand(bias)

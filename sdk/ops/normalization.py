@@ -264,6 +264,8 @@ _LRN_WINDOW_LIMIT = 4096
 
 
 def _decompose_lrn(x: Any, *, alpha: float, beta: float, bias: float, size: int) -> Any:
+    if 0 in x.type.shape:  # no element: no window to sum (a Conv over an empty axis is refused)
+        return x * np.ones((), x.dtype.numpy)
     before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
     channels = x.type.shape[1]
     if isinstance(channels, int):  # offsets of `channels` or more reach no channel

@@ -180,6 +180,26 @@ def test_gpu_without_a_device_says_why_and_refuses_to_open():
         open_device("gpu")
 
 
+@pytest.mark.parametrize(("scale_shape", "bias_shape"), [((1, 4), None), ((3, 4), (3, 1)),
+                                                        ((4,), (1, 1))])
+def test_layer_norm_takes_any_scale_and_bias_that_broadcast_to_x(sim, scale_shape, bias_shape):
+    """A scale of rank above the normalized axes ([1, 4] over [4]), or one per row
+    ([3, 4]), broadcasts to X as the reference has it (the kernel took only the
+    normalized axes' shape, and failed on [1, 4])."""
+    rng = np.random.default_rng(3)
+    g = GraphBuilder("layer_norm")
+    inputs = [g.input("x", f32[3, 4]), g.input("scale", f32[scale_shape])]
+    arrays = [rng.standard_normal((3, 4)), rng.standard_normal(scale_shape)]
+    if bias_shape is not None:
+        inputs.append(g.input("bias", f32[bias_shape]))
+        arrays.append(rng.standard_normal(bias_shape))
+    g.output(ops.layer_normalization(*inputs, axis=1), name="y")
+    graph, arrays = g.build(), [a.astype(np.float32) for a in arrays]
+    (got,) = _run(sim, graph, *arrays)
+    expected = polyhal.run(graph, *arrays)["y"]
+    assert compare(got, expected, precision_tolerance("core.LayerNormalization", "fp32")).ok
+
+
 def test_every_kernel_compiles_to_ptx_for_a_real_gpu():
     """NVVM (numba-cuda[cu12]) compiles each kernel variant, with no GPU here: code only
     the simulator accepts fails this test."""

@@ -741,7 +741,8 @@ def test_lrn(dtype, shape, size):
 
 
 @pytest.mark.parametrize(("shape", "size"), [((2, 5, 3, 3), 3), ((1, 6, 4), 4), ((2, 3), 1),
-                                             ((1, 4, 2, 2), 9), ((2, 3), 6), ((1, 4, 2), 2**40)])
+                                             ((1, 4, 2, 2), 9), ((2, 3), 6), ((1, 4, 2), 2**40),
+                                             ((2, 0), 3), ((1, 5, 0, 3), 3), ((0, 3, 2), 3)])
 def test_lrn_decomposition(shape, size):
     """A window wider than the channels is cut to the channels it can reach, so a
     huge ``size`` makes no huge Conv kernel."""

@@ -25,6 +25,13 @@ def _offset(xmap, i, mapped):
     return xmap[i] if mapped else i
 
 
+@device_function
+def _param_offset(pmap, flat, j, mapped):
+    """Where a LayerNormalization parameter's value for element ``j`` of a row (``flat``
+    in all of X) lives: through its map over X, or at ``j``."""
+    return pmap[flat] if mapped else j
+
+
 @cache
 def reduce_kernel(src: Storage, dst: Storage, kind: str, mapped: bool) -> Any:
     """``reduce(x, xmap, out, rows, width)``: ``out[r]`` = the ``kind`` of row ``r``."""
@@ -86,7 +93,9 @@ def layer_norm_kernel(storage: Storage, stats: Storage, scale_mapped: bool, bias
     """``layer_norm(x, scale, smap, b, bmap, out, mean, inv_std, rows, width, eps)``:
     each contiguous row's statistics in float32 (``stash_type`` 1, for every dtype),
     then ``(x - mean) * inv_std * scale + b`` in the compute type, stored once;
-    ``mean`` and ``inv_std`` (float32 values, in ``stats``) get the row's statistics."""
+    ``mean`` and ``inv_std`` (float32 values, in ``stats``) get the row's statistics.
+    ``scale`` and ``b`` are the row's shape (``j``), or read through a map over all of
+    ``x`` (``smap[r * width + j]``): they broadcast to X, which may give each row its own."""
     load, store, compute = storage.load, storage.store, storage.compute
     store_stat = stats.store
 
@@ -104,9 +113,9 @@ def layer_norm_kernel(storage: Storage, stats: Storage, scale_mapped: bool, bias
             inv = f32(1) / gmath.sqrt(sq / f32(width) + eps)
             for j in range(width):
                 y = compute((f32(load(x[r * width + j])) - mu) * inv)
-                y = y * compute(load(scale[_offset(smap, j, scale_mapped)]))
+                y = y * compute(load(scale[_param_offset(smap, r * width + j, j, scale_mapped)]))
                 if bias:
-                    y += compute(load(b[_offset(bmap, j, bias_mapped)]))
+                    y += compute(load(b[_param_offset(bmap, r * width + j, j, bias_mapped)]))
                 out[r * width + j] = store(y)
             mean[r] = store_stat(mu)
             inv_std[r] = store_stat(inv)
