@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 from polyhal.conformance.cases import op_graph
-from polyhal.conformance.recipes import sample
+from polyhal.conformance.recipes import OpSample
 from polyhal.errors import PolyhalError
-from polyhal.ir.dtypes import DType
 from polyhal.ops.registry import AttrKind, OpDef, all_ops
 from polyhal.reference import run
+from tests.op_samples import samples, shape_variants
 
 ODD_VALUES = {
     AttrKind.INT: [-2, -1, 2, 7, 2**62, -(2**62)],
@@ -31,18 +31,8 @@ ODD_VALUES = {
 BUILDER_KEYWORDS = {"num_outputs"}  # GraphBuilder.op's own keyword, also Split's attribute
 
 
-def _samples(op: OpDef):
-    """The op's conformance samples in float32 (or its first dtype), one per shape class."""
-    dtypes = op.type_vars[op.inputs[0].type_var] if op.inputs else {DType.FLOAT32}
-    dtype = DType.FLOAT32 if DType.FLOAT32 in dtypes else min(dtypes, key=lambda d: d.value)
-    for shape_class in ("rank2", "rank4", "rank1", "broadcast", "scalar"):
-        found = sample(op, dtype, shape_class)
-        if found is not None:
-            yield found
-
-
-def _first_sample(op: OpDef):
-    return next(_samples(op), None)
+def _first_sample(op: OpDef) -> OpSample | None:
+    return next(samples(op), None)
 
 
 OPS_WITH_ATTRIBUTES = [op for op in all_ops() if op.attrs and _first_sample(op) is not None]
@@ -80,20 +70,6 @@ KERNEL_FAILURE = re.compile(r"\b[A-Z][A-Za-z]*(Error|Exception): ")
 """How the reference reports a kernel that raised something other than a PolyhalError."""
 
 
-def _other_shapes(shape: tuple[int, ...]) -> list[list[int]]:
-    shapes = [[*shape[:axis], size, *shape[axis + 1:]] for axis in range(len(shape))
-              for size in (0, 1, 2, 3, 5) if size != shape[axis]]
-    return [*shapes, [*shape, 2], [2, *shape], *([list(shape[1:])] if shape else [])]
-
-
-def _array(like: np.ndarray, shape: list[int], rng: np.random.Generator) -> np.ndarray:
-    if like.dtype.kind == "f":
-        return rng.standard_normal(shape).astype(like.dtype)
-    if like.dtype.kind == "b":
-        return rng.integers(0, 2, shape).astype(bool)
-    return np.zeros(shape, like.dtype)  # indices, counts: 0 is valid wherever any is
-
-
 OPS_WITH_INPUTS = [op for op in all_ops() if op.inputs and _first_sample(op) is not None]
 
 
@@ -101,23 +77,15 @@ OPS_WITH_INPUTS = [op for op in all_ops() if op.inputs and _first_sample(op) is 
 def test_an_input_shape_the_kernel_refuses_is_refused_by_the_verifier(op):
     rng = np.random.default_rng(0)
     failed = []
-    for base in _samples(op):
-        for index, array in enumerate(base.inputs):
-            if array is None or index in base.const_inputs:
-                continue
-            for shape in _other_shapes(array.shape):
-                if int(np.prod(shape)) > 4096:
-                    continue
-                inputs = list(base.inputs)
-                inputs[index] = _array(array, shape, rng)
-                try:
-                    graph, feeds = op_graph(op, dataclasses.replace(base, inputs=inputs,
-                                                                    input_types={}))
-                except PolyhalError:
-                    continue  # refused when the graph was verified
-                try:
-                    run(graph, *feeds)
-                except PolyhalError as error:
-                    if KERNEL_FAILURE.search(str(error)):
-                        failed.append(f"input {index} {shape}: {error}")
+    for base in samples(op):
+        for index, shape, changed in shape_variants(base, rng):
+            try:
+                graph, feeds = op_graph(op, changed)
+            except PolyhalError:
+                continue  # refused when the graph was verified
+            try:
+                run(graph, *feeds)
+            except PolyhalError as error:
+                if KERNEL_FAILURE.search(str(error)):
+                    failed.append(f"input {index} {shape}: {error}")
     assert not failed, "verified, then failed in the kernel:\n" + "\n".join(failed)

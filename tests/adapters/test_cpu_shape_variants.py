@@ -1,0 +1,59 @@
+"""``cpu`` against the reference on shapes the conformance recipes do not make.
+
+For every op ``cpu`` claims, its samples in each dtype class ``cpu`` computes
+differently (float32; int64; float16 and bfloat16, which its loops widen to
+float32), with one run-time input's shape changed (tests/op_samples.py): a
+dimension of 0, 1, 2, 3 or 5, one added or dropped. Where the reference runs the
+graph, ``cpu`` must run it too and give the same results at the conformance
+tolerance.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import polyhal
+from polyhal.adapters.cpu import cpu_capabilities
+from polyhal.conformance.cases import op_graph
+from polyhal.conformance.tolerances import compare, tolerance_for
+from polyhal.errors import PolyhalError
+from polyhal.ir.dtypes import DType
+from polyhal.ops.registry import all_ops
+from polyhal.reference import run
+from tests.op_samples import samples, shape_variants
+
+DTYPES = (DType.FLOAT32, DType.INT64, DType.FLOAT16, DType.BFLOAT16)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.value)
+def test_cpu_matches_the_reference_on_every_ops_shape_changed_samples(dtype):
+    rng = np.random.default_rng(0)
+    compared, wrong = 0, []
+    claimed = cpu_capabilities()
+    for op in all_ops():
+        if not claimed.supports(op.qualified_name, dtype):
+            continue
+        for base in samples(op, dtype):
+            for index, shape, changed in shape_variants(base, rng):
+                try:
+                    graph, feeds = op_graph(op, changed)
+                    expected = list(run(graph, *feeds).values())
+                except PolyhalError:
+                    continue  # the reference refuses it too: nothing to compare
+                where = f"{op.qualified_name} input {index} {shape}"
+                try:
+                    got = list(polyhal.compile(graph, device="cpu", fallback=None)(*feeds)
+                               .values())
+                except PolyhalError as error:
+                    wrong.append(f"{where}: refused ({type(error).__name__}: {error})")
+                    continue
+                tolerance = tolerance_for(op.qualified_name,
+                                          [DType.from_numpy(e.dtype) for e in expected])
+                compared += 1
+                for output, (actual, want) in enumerate(zip(got, expected, strict=True)):
+                    result = compare(np.asarray(actual), want, tolerance)
+                    if not result.ok:
+                        wrong.append(f"{where}: output {output}: {result.message}")
+    assert compared > 300
+    assert not wrong, f"{len(wrong)} of {compared} differ:\n" + "\n".join(wrong[:20])
