@@ -2,7 +2,7 @@
 
 Shared by the tests that hold the verifier to the kernels
 (tests/ops/test_verifier_covers_kernels.py) and an adapter to the reference on
-them (tests/adapters/test_cpu_shape_variants.py).
+them (tests/adapters/test_shape_variants.py).
 """
 
 from __future__ import annotations
@@ -35,12 +35,12 @@ def samples(op: OpDef, dtype: DType | None = None) -> Iterator[OpSample]:
 
 
 def other_shapes(shape: Sequence[int]) -> list[list[int]]:
-    """Each dimension set to 0, 1, 2, 3 or 5 in turn, one added in front or at the end,
-    the first dropped."""
+    """Each dimension set to 0, 1, 2, 3 or 5 in turn, one of 1 or 2 added in front, one
+    of 2 at the end, the first dropped."""
     shape = list(shape)
     changed = [[*shape[:axis], size, *shape[axis + 1:]] for axis in range(len(shape))
                for size in (0, 1, 2, 3, 5) if size != shape[axis]]
-    return [*changed, [*shape, 2], [2, *shape], *([shape[1:]] if shape else [])]
+    return [*changed, [1, *shape], [2, *shape], [*shape, 2], *([shape[1:]] if shape else [])]
 
 
 def array_like(like: np.ndarray, shape: Sequence[int], rng: np.random.Generator) -> np.ndarray:
