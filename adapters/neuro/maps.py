@@ -145,6 +145,9 @@ def conv_map(weight: np.ndarray, in_shape: Sequence[int], out_shape: Sequence[in
     """
     channels, space = int(in_shape[0]), tuple(int(s) for s in in_shape[1:])
     maps, out_space = int(out_shape[0]), tuple(int(s) for s in out_shape[1:])
+    n_pre, n_post = channels * math.prod(space), maps * math.prod(out_space)
+    if not n_pre or not n_post:  # no channel (a depthwise pool over none): no connection
+        return SynapseMap.empty(n_pre, n_post)
     per_group_in, kernel = weight.shape[1], weight.shape[2:]
     per_group_out = maps // group
     rank = len(space)
@@ -167,7 +170,6 @@ def conv_map(weight: np.ndarray, in_shape: Sequence[int], out_shape: Sequence[in
         shape = (maps, per_group_in, int(inside.sum()))
         parts.append((np.broadcast_to(pre, shape).ravel(), np.broadcast_to(post, shape).ravel(),
                       np.broadcast_to(w, shape).ravel()))
-    n_pre, n_post = channels * math.prod(space), maps * math.prod(out_space)
     if not parts:
         return SynapseMap.empty(n_pre, n_post)
     pre, post, w = (np.concatenate(p) for p in zip(*parts, strict=True))

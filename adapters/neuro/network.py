@@ -226,7 +226,9 @@ class BrianNetwork:
     def _connect(self, pop: Population) -> None:
         signal, batch = pop.input, self.plan.batch
         root, entries = signal.root, signal.synapses
-        if root.kind == "input" and not pop.reads_input_directly:
+        if root.kind == "input" and not pop.reads_input_directly and not len(entries):
+            pass  # every entry arrives after the run ends: the input has no relay
+        elif root.kind == "input" and not pop.reads_input_directly:
             size = math.prod(dict(self.plan.inputs)[root.name])
             slot = np.searchsorted(self.plan.input_lags(root.name), entries.lag)
             column = slot * batch * size

@@ -1,5 +1,5 @@
-"""``cpu`` and ``gpu-sim`` against the reference on shapes the conformance recipes
-do not make.
+"""``cpu``, ``gpu-sim``, ``neuro``, ``fpga`` and ``template`` against the reference on
+shapes the conformance recipes do not make.
 
 For every op the device claims or takes decomposed, its samples in each dtype
 class it computes differently (float32; int64; float16 and bfloat16, which
@@ -7,8 +7,9 @@ class it computes differently (float32; int64; float16 and bfloat16, which
 run-time input's shape changed (tests/op_samples.py: a dimension of 0, 1, 2, 3
 or 5, one added, or the first dropped). Where the reference runs the graph, the
 device must run it too and give the same results at the conformance tolerance.
-(On gpu-sim this found a LayerNormalization scale of shape [1, 4] failing in the
-plan, and LRN's decomposition failing on an empty input.)
+(It found, on gpu-sim, a LayerNormalization scale of shape [1, 4] failing in the
+plan and LRN's decomposition failing on an empty input; on neuro, a Delay whose
+every spike arrives after a one-step run, and a SumPool2d over no channels.)
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ from polyhal.hal import open_device
 from polyhal.ir.dtypes import DType
 from polyhal.ops.registry import all_ops
 from polyhal.reference import run
+from polyhal.runtime.placement import covers
 from tests.op_samples import samples, shape_variants
 
 DTYPES = (DType.FLOAT32, DType.INT64, DType.FLOAT16, DType.BFLOAT16)
-CASES = [(device, dtype) for device in ("cpu", "gpu-sim") for dtype in DTYPES]
+CASES = [*((device, dtype) for device in ("cpu", "gpu-sim") for dtype in DTYPES),
+         ("neuro", DType.FLOAT64), ("template", DType.FLOAT32), ("fpga", DType.INT8)]
 
 
 @pytest.mark.parametrize(("device", "dtype"), CASES,
@@ -50,9 +53,9 @@ def test_a_device_matches_the_reference_on_every_ops_shape_changed_samples(devic
                     got = list(polyhal.compile(graph, device=opened, fallback=None)(*feeds)
                                .values())
                 except UnsupportedError:
-                    if claimed.supports(op.qualified_name, dtype):
+                    if covers(claimed, graph):
                         raise
-                    continue  # neither claimed nor decomposed into ops the device claims
+                    continue  # neither claimed (for every dtype it binds) nor decomposed
                 except PolyhalError as error:
                     wrong.append(f"{where}: refused ({type(error).__name__}: {error})")
                     continue
@@ -63,5 +66,5 @@ def test_a_device_matches_the_reference_on_every_ops_shape_changed_samples(devic
                     result = compare(np.asarray(actual), want, tolerance)
                     if not result.ok:
                         wrong.append(f"{where}: output {output}: {result.message}")
-    assert compared > 100
     assert not wrong, f"{len(wrong)} of {compared} differ:\n" + "\n".join(wrong[:20])
+    assert compared > 30, f"only {compared} cases ran"
