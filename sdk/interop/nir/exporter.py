@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import nir
@@ -62,10 +62,18 @@ def save_nir(graph: Graph, path: str | os.PathLike[str]) -> None:
     # not allow: the file is made in memory, then written whole.
     buffer = io.BytesIO()
     try:
-        nir.write(buffer, model)
+        # h5py compresses no scalar dataset: a node over single neurons (features ())
+        # has 0-d parameters, and such a file is written uncompressed.
+        nir.write(buffer, model, compression=None if _has_scalar(model.to_dict()) else "gzip")
         write_atomically(path, buffer.getvalue())
     except (OSError, ValueError, TypeError) as exc:
         raise SerializationError(f"{display(path)}: cannot write the NIR file ({exc})") from None
+
+
+def _has_scalar(tree: Mapping[str, Any]) -> bool:
+    """True when a NIR model's dict holds a 0-d array anywhere."""
+    return any(_has_scalar(v) if isinstance(v, Mapping) else
+               isinstance(v, np.ndarray) and v.ndim == 0 for v in tree.values())
 
 
 def _features(t: TensorType, where: str) -> tuple[int, ...]:
