@@ -226,17 +226,16 @@ class BrianNetwork:
     def _connect(self, pop: Population) -> None:
         signal, batch = pop.input, self.plan.batch
         root, entries = signal.root, signal.synapses
-        if root.kind == "input" and not pop.reads_input_directly and not len(entries):
-            pass  # every entry arrives after the run ends: the input has no relay
-        elif root.kind == "input" and not pop.reads_input_directly:
-            size = math.prod(dict(self.plan.inputs)[root.name])
-            slot = np.searchsorted(self.plan.input_lags(root.name), entries.lag)
-            column = slot * batch * size
-            pre = np.arange(batch)[:, None] * size + (column + entries.pre)[None, :]
-            code = "I_acc_post += w" if root.name in self.spike_inputs else (
-                "I_acc_post += w * x_pre")
-            self._link(self.relays[root.name], pop, entries, pre,
-                       np.zeros(len(entries), np.int64), code, "relay")
+        if root.kind == "input" and not pop.reads_input_directly:
+            if len(entries):  # none when all arrive after the run ends (and no relay exists)
+                size = math.prod(dict(self.plan.inputs)[root.name])
+                slot = np.searchsorted(self.plan.input_lags(root.name), entries.lag)
+                column = slot * batch * size
+                pre = np.arange(batch)[:, None] * size + (column + entries.pre)[None, :]
+                code = "I_acc_post += w" if root.name in self.spike_inputs else (
+                    "I_acc_post += w * x_pre")
+                self._link(self.relays[root.name], pop, entries, pre,
+                           np.zeros(len(entries), np.int64), code, "relay")
         elif root.kind in ("spikes", "state"):
             source = self.index[root.name]
             pre = source.neurons(entries.pre, batch)
