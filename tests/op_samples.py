@@ -8,13 +8,17 @@ them (tests/adapters/test_shape_variants.py).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
+from polyhal.conformance.cases import op_graph
 from polyhal.conformance.recipes import OpSample, sample
+from polyhal.errors import PolyhalError
 from polyhal.ir.dtypes import DType
+from polyhal.ir.graph import Graph
 from polyhal.ops.registry import OpDef
+from polyhal.reference import run
 
 SHAPE_CLASSES = ("rank2", "rank4", "rank1", "broadcast", "scalar")
 MAX_ELEMENTS = 4096
@@ -66,3 +70,36 @@ def shape_variants(base: OpSample, rng: np.random.Generator
             inputs = list(base.inputs)
             inputs[index] = array_like(array, shape, rng)
             yield index, shape, dataclasses.replace(base, inputs=inputs, input_types={})
+
+
+@dataclasses.dataclass(frozen=True)
+class ReferenceCase:
+    """A sample, changed or not, that the reference runs: its graph, inputs and results."""
+
+    op: OpDef
+    index: int | None
+    """The input whose shape changed (``None``: the sample as the recipe made it)."""
+    shape: list[int] | None
+    graph: Graph
+    feeds: list[np.ndarray]
+    expected: list[np.ndarray]
+
+    @property
+    def where(self) -> str:
+        """The op and the change, for a failure message."""
+        return f"{self.op.qualified_name} input {self.index} {self.shape}"
+
+
+def reference_cases(ops: Iterable[OpDef], dtype: DType | None, rng: np.random.Generator
+                    ) -> Iterator[ReferenceCase]:
+    """Every sample of ``ops`` in ``dtype`` and its :func:`shape_variants` that the
+    reference runs (the others it refuses, which is the verifier's business)."""
+    for op in ops:
+        for base in samples(op, dtype):
+            for index, shape, changed in [(None, None, base), *shape_variants(base, rng)]:
+                try:
+                    graph, feeds = op_graph(op, changed)
+                    expected = list(run(graph, *feeds).values())
+                except PolyhalError:
+                    continue
+                yield ReferenceCase(op, index, shape, graph, feeds, expected)

@@ -18,15 +18,13 @@ import numpy as np
 import pytest
 
 import polyhal
-from polyhal.conformance.cases import op_graph
 from polyhal.conformance.tolerances import compare, tolerance_for
 from polyhal.errors import PolyhalError, UnsupportedError
 from polyhal.hal import open_device
 from polyhal.ir.dtypes import DType
 from polyhal.ops.registry import all_ops
-from polyhal.reference import run
 from polyhal.runtime.placement import covers
-from tests.op_samples import samples, shape_variants
+from tests.op_samples import reference_cases
 
 DTYPES = (DType.FLOAT32, DType.INT64, DType.FLOAT16, DType.BFLOAT16)
 CASES = [*((device, dtype) for device in ("cpu", "gpu-sim") for dtype in DTYPES
@@ -38,35 +36,26 @@ CASES = [*((device, dtype) for device in ("cpu", "gpu-sim") for dtype in DTYPES
 @pytest.mark.parametrize(("device", "dtype"), CASES,
                          ids=[f"{device}-{dtype.value}" for device, dtype in CASES])
 def test_a_device_matches_the_reference_on_every_ops_shape_changed_samples(device, dtype):
-    rng = np.random.default_rng(0)
     compared, wrong = 0, []
     opened = open_device(device)
     claimed = opened.capabilities
-    for op in all_ops():
-        for base in samples(op, dtype):
-            for index, shape, changed in shape_variants(base, rng):
-                try:
-                    graph, feeds = op_graph(op, changed)
-                    expected = list(run(graph, *feeds).values())
-                except PolyhalError:
-                    continue  # the reference refuses it too: nothing to compare
-                where = f"{op.qualified_name} input {index} {shape}"
-                try:
-                    got = list(polyhal.compile(graph, device=opened, fallback=None)(*feeds)
-                               .values())
-                except UnsupportedError:
-                    if covers(claimed, graph):
-                        raise
-                    continue  # neither claimed (for every dtype it binds) nor decomposed
-                except PolyhalError as error:
-                    wrong.append(f"{where}: refused ({type(error).__name__}: {error})")
-                    continue
-                tolerance = tolerance_for(op.qualified_name,
-                                          [DType.from_numpy(e.dtype) for e in expected])
-                compared += 1
-                for output, (actual, want) in enumerate(zip(got, expected, strict=True)):
-                    result = compare(np.asarray(actual), want, tolerance)
-                    if not result.ok:
-                        wrong.append(f"{where}: output {output}: {result.message}")
+    for case in reference_cases(all_ops(), dtype, np.random.default_rng(0)):
+        try:
+            got = list(polyhal.compile(case.graph, device=opened, fallback=None)(*case.feeds)
+                       .values())
+        except UnsupportedError:
+            if covers(claimed, case.graph):
+                raise
+            continue  # neither claimed (for every dtype it binds) nor decomposed
+        except PolyhalError as error:
+            wrong.append(f"{case.where}: refused ({type(error).__name__}: {error})")
+            continue
+        tolerance = tolerance_for(case.op.qualified_name,
+                                  [DType.from_numpy(e.dtype) for e in case.expected])
+        compared += 1
+        for output, (actual, want) in enumerate(zip(got, case.expected, strict=True)):
+            result = compare(np.asarray(actual), want, tolerance)
+            if not result.ok:
+                wrong.append(f"{case.where}: output {output}: {result.message}")
     assert not wrong, f"{len(wrong)} of {compared} differ:\n" + "\n".join(wrong[:20])
     assert compared > 30, f"only {compared} cases ran"

@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 
 from polyhal.errors import (
     LimitExceededError,
-    PolyhalError,
     SerializationError,
     UnsupportedError,
     VerificationError,
@@ -401,32 +400,22 @@ def test_every_snn_ops_samples_and_their_shape_variants_round_trip(tmp_path):
     (tests/op_samples.py), saved and loaded back run to the same float64 results, or
     are refused as something NIR cannot express. (The 0-d parameters of single
     neurons failed to write.)"""
-    from polyhal.conformance.cases import op_graph
     from polyhal.ops import all_ops
-    from tests.op_samples import samples, shape_variants
+    from tests.op_samples import reference_cases
 
-    rng, compared, refused = np.random.default_rng(0), 0, set()
-    for op in all_ops("snn"):
-        for base in samples(op, DType.FLOAT64):
-            for index, shape, changed in [(None, None, base), *shape_variants(base, rng)]:
-                try:
-                    graph, feeds = op_graph(op, changed)
-                    expected = list(run(graph, *feeds).values())
-                except PolyhalError:
-                    continue
-                try:
-                    save_nir(graph, tmp_path / "op.nir")
-                except UnsupportedError:
-                    refused.add(op.qualified_name)
-                    continue
-                attrs = changed.attrs  # NIR holds neither dt nor the method: told on load
-                back = load_nir(tmp_path / "op.nir", dt=float(attrs.get("dt", 1e-3)),
-                                method=attrs.get("method", "euler"),
-                                reset=attrs.get("reset", "v_reset"))
-                for got, want in zip(run(back, *feeds).values(), expected, strict=True):
-                    np.testing.assert_allclose(got, want, rtol=1e-12, atol=0,
-                                               err_msg=f"{op.qualified_name} {index} {shape}")
-                compared += 1
+    compared, refused = 0, set()
+    for case in reference_cases(all_ops("snn"), DType.FLOAT64, np.random.default_rng(0)):
+        try:
+            save_nir(case.graph, tmp_path / "op.nir")
+        except UnsupportedError:
+            refused.add(case.op.qualified_name)
+            continue
+        attrs = case.graph.nodes[0].attrs  # NIR holds neither dt nor the method: told on load
+        back = load_nir(tmp_path / "op.nir", dt=float(attrs.get("dt", 1e-3)),
+                        method=attrs.get("method", "euler"), reset=attrs.get("reset", "v_reset"))
+        for got, want in zip(run(back, *case.feeds).values(), case.expected, strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=0, err_msg=case.where)
+        compared += 1
     assert compared > 200
     assert refused <= {"snn.LIF", "snn.CubaLIF", "snn.IF"}  # a second output NIR lacks
 

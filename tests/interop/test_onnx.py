@@ -246,29 +246,21 @@ def test_every_core_ops_samples_and_their_shape_variants_round_trip(tmp_path, dt
     loaded back compute the same bits, or the save is refused with a PolyhalError (a
     few shapes have no valid ONNX form: a zero-size Conv kernel, a Split of a length-1
     axis into 3, which onnx.checker refuses) and never another exception."""
-    from polyhal.conformance.cases import op_graph
     from polyhal.errors import PolyhalError
     from polyhal.ops import all_ops
-    from tests.op_samples import samples, shape_variants
+    from tests.op_samples import reference_cases
 
-    rng, compared, refused = np.random.default_rng(0), 0, 0
-    for op in all_ops("core"):
-        for base in samples(op, dtype):
-            for index, shape, changed in [(None, None, base), *shape_variants(base, rng)]:
-                try:
-                    graph, feeds = op_graph(op, changed)
-                    expected = list(run(graph, *feeds).values())
-                except PolyhalError:
-                    continue
-                try:
-                    save_onnx(graph, tmp_path / "op.onnx")
-                except PolyhalError:
-                    refused += 1
-                    continue
-                got = run(load_onnx(tmp_path / "op.onnx"), *feeds).values()
-                for a, b in zip(got, expected, strict=True):
-                    assert same(a, b), f"{op.qualified_name} input {index} {shape}"
-                compared += 1
+    compared, refused = 0, 0
+    for case in reference_cases(all_ops("core"), dtype, np.random.default_rng(0)):
+        try:
+            save_onnx(case.graph, tmp_path / "op.onnx")
+        except PolyhalError:
+            refused += 1
+            continue
+        got = run(load_onnx(tmp_path / "op.onnx"), *case.feeds).values()
+        for a, b in zip(got, case.expected, strict=True):
+            assert same(a, b), case.where
+        compared += 1
     assert compared > 1000 and refused < compared / 100, (compared, refused)
 
 
