@@ -387,7 +387,7 @@ class PlanBuilder:
         from polyhal.adapters.cpu.kernels import epilogue as epilogue_kernel  # numba: lazily
 
         out = self.slot(result.name)
-        relu, zero = epilogue.relu, result.type.dtype.numpy.type(0)
+        relu = epilogue.relu
 
         def make(buffers: list[int | None], scratch: dict[str, int]) -> StepFn:
             buffer = buffers[0]
@@ -402,11 +402,7 @@ class PlanBuilder:
                 if c is not None and beta != 1.0:
                     c = c * c.dtype.type(beta)
                 # the bias and the Relu in one pass, in place while y is in cache
-                if not epilogue_kernel.add_and_relu(y, c, relu):
-                    if c is not None:
-                        y += c
-                    if relu:  # the Relu's own expression
-                        np.maximum(y, zero, out=y)
+                epilogue_kernel.apply(y, c, relu)
                 env[out] = y
 
             return step

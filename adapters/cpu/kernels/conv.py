@@ -284,12 +284,7 @@ class Conv2dLowering:
             self._channels_last(last, filters[0], rows, columns, scratch)
         else:
             self._channels_first(np.ascontiguousarray(x), filters[1], rows, columns)
-        added = None if added is None else added.reshape(rows.shape)
-        if not self._epilogue.add_and_relu(rows, added, relu):
-            if added is not None:
-                rows += added
-            if relu:
-                np.maximum(rows, self.dtype.type(0), out=rows)
+        self._epilogue.apply(rows, None if added is None else added.reshape(rows.shape), relu)
 
     def _channels_last(self, x: np.ndarray, filters: np.ndarray, rows: np.ndarray,
                        columns: np.ndarray, scratch: dict[str, np.ndarray]) -> None:

@@ -68,3 +68,14 @@ def add_and_relu(y: np.ndarray, c: np.ndarray | None, relu: bool) -> bool:
         return False
     _add(y, added, relu)
     return True
+
+
+def apply(y: np.ndarray, c: np.ndarray | None, relu: bool) -> None:
+    """In place: ``y += c`` (when ``c`` is given), then ``max(y, 0)`` when ``relu``, by
+    :func:`add_and_relu` where it applies and numpy's add and ``maximum`` elsewhere."""
+    if add_and_relu(y, c, relu):
+        return
+    if c is not None:
+        y += c
+    if relu:
+        np.maximum(y, y.dtype.type(0), out=y)
